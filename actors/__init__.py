@@ -1,0 +1,13 @@
+"""The actor kinds whetstone ships, one module each.
+
+`KINDS` maps a kind to the `module:function` the supervisor runs in a process of its own.
+Every function has the actor contract:
+
+    async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None
+
+It calls `task_status.started()` once it serves, and returns after `bus.stopping` is set and
+its in-flight work is finished or given back. Users add kinds of their own in config
+(`[actors.target]`), without touching this file.
+"""
+
+KINDS: dict[str, str] = {}

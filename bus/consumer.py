@@ -1,0 +1,273 @@
+"""Pull-consumer loop: bounded in-flight work, explicit acks, dead letters, graceful drain.
+
+Consumes a durable JetStream consumer (`bus.subjects.ConsumerSpec`) and a handler
+`async (message, delivery) -> None`; produces acks, naks and `DeadLetter` messages.
+
+- At most `max_in_flight` messages are held at once (backpressure).
+- A payload that cannot be decoded goes to the dead-letter subject with the reason, and the
+  loop keeps serving. So does a message whose handler keeps failing, on its last delivery,
+  and one the server gave up on (the MAX_DELIVERIES advisory) because its handler's process
+  died each time.
+- A handler that returns normally has its message acked, unless it called `defer()`: then
+  the message stays held (and kept alive) until the handler's owner settles it.
+- A message id seen and acked recently is acked again without calling the handler: a late
+  ack can land on a redelivery (nats-server issue 4786).
+- Once `bus.stopping` is set, no more is fetched; in-flight handlers get `drain_s` to
+  finish, then are cancelled and their messages nak'ed for another instance.
+
+It does not decide what work means: that is the handler's job.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import OrderedDict
+from typing import Awaitable, Callable, TypeVar
+
+import anyio
+import nats.errors
+import nats.js.errors
+import structlog
+
+from bus import subjects
+from bus.codec import decode
+from bus.errors import BusUnavailable, WireError
+from bus.messages import DeadLetter, Message
+from bus.nats_bus import Bus
+
+M = TypeVar("M", bound=Message)
+log = structlog.get_logger("bus.consumer")
+
+
+class RecentIds:
+    """A bounded set of recently finished message ids (oldest forgotten first)."""
+
+    def __init__(self, limit: int = 50_000) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+
+    def add(self, msg_id: str) -> None:
+        self._ids[msg_id] = None
+        self._ids.move_to_end(msg_id)
+        if len(self._ids) > self._limit:
+            self._ids.popitem(last=False)
+
+    def __contains__(self, msg_id: str) -> bool:
+        return msg_id in self._ids
+
+
+class Delivery:
+    """One delivered message and the means to settle it."""
+
+    def __init__(self, msg: nats.aio.msg.Msg) -> None:
+        self.msg = msg
+        meta = msg.metadata
+        self.stream_seq: int = meta.sequence.stream
+        self.deliveries: int = meta.num_delivered
+        self.subject: str = msg.subject
+        header_id = (msg.headers or {}).get("Nats-Msg-Id")
+        self.msg_id: str = header_id or f"{meta.stream}:{self.stream_seq}"
+        self.settled = anyio.Event()
+        self.deferred = False
+        self.acked = False
+
+    def defer(self) -> None:
+        """Keep the message held after the handler returns; the caller will settle it."""
+        self.deferred = True
+
+    async def ack(self) -> None:
+        """Acknowledge: the work is done and must not come back."""
+        if not self.settled.is_set():
+            self.settled.set()
+            self.acked = True
+            await _quietly(self.msg.ack())
+
+    async def nak(self, delay_s: float | None = None) -> None:
+        """Give the message back for redelivery, after `delay_s` if set."""
+        if not self.settled.is_set():
+            self.settled.set()
+            await _quietly(self.msg.nak(delay=delay_s))
+
+    async def keep_alive(self) -> None:
+        """Reset the server's ack timer while work goes on."""
+        if not self.settled.is_set():
+            await _quietly(self.msg.in_progress())
+
+
+async def _quietly(call: Awaitable[object]) -> None:
+    # An ack lost to an outage is recovered by redelivery plus id de-duplication.
+    try:
+        with anyio.fail_after(5):
+            await call
+    except (nats.errors.Error, TimeoutError, OSError) as exc:
+        log.warning("message.settle_failed", error=repr(exc))
+
+
+Handler = Callable[[M, Delivery], Awaitable[None]]
+
+
+async def consume(
+    bus: Bus,
+    spec: subjects.ConsumerSpec,
+    cls: type[M],
+    handler: Handler,
+    *,
+    max_in_flight: int = 16,
+    ack_wait_s: float | None = None,
+    max_deliver: int | None = None,
+    drain_s: float = 10.0,
+) -> None:
+    """Serve `spec` with `handler` until `bus.stopping` is set, then drain and return."""
+    loop = _Loop(bus, spec, cls, handler, max_in_flight,
+                 ack_wait_s or bus.settings.ack_wait_s,
+                 max_deliver or bus.settings.max_deliver)
+    await loop.run(drain_s)
+
+
+class _Loop:
+    def __init__(self, bus: Bus, spec: subjects.ConsumerSpec, cls: type, handler: Handler,
+                 max_in_flight: int, ack_wait_s: float, max_deliver: int) -> None:
+        self.bus, self.spec, self.cls, self.handler = bus, spec, cls, handler
+        self.max_in_flight, self.ack_wait_s, self.max_deliver = max_in_flight, ack_wait_s, max_deliver
+        self.held: set[Delivery] = set()
+        self.recent = RecentIds()
+        self.changed = anyio.Event()
+
+    async def run(self, drain_s: float) -> None:
+        await self._retry(lambda: self.bus.ensure_consumer(
+            self.spec, ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver))
+        sub = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
+            durable=self.spec.durable, stream=self.spec.stream))
+        advisory = await self.bus.nc.subscribe(
+            subjects.max_deliveries_advisory(self.spec.stream, self.spec.durable),
+            queue=f"dlq-{self.spec.durable}", cb=self._on_max_deliveries)
+        try:
+            async with anyio.create_task_group() as work:
+                work.start_soon(self._keep_alive)
+                await self._fetch_until_stopping(sub, work)
+                with anyio.move_on_after(drain_s):
+                    while self.held:
+                        await self._wait_changed()
+                work.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                for sub_ in (advisory, sub):
+                    try:
+                        await sub_.unsubscribe()
+                    except (nats.errors.Error, AttributeError):
+                        pass
+
+    async def _retry(self, make_call: Callable[[], Awaitable]):
+        deadline = time.monotonic() + self.bus.settings.publish_deadline_s
+        while True:
+            try:
+                return await make_call()
+            except (nats.errors.Error, TimeoutError) as exc:
+                if time.monotonic() > deadline:
+                    raise BusUnavailable(f"consumer {self.spec.durable}: {exc!r}") from exc
+                await anyio.sleep(0.5)
+
+    async def _wait_changed(self) -> None:
+        self.changed = anyio.Event()
+        await self.changed.wait()
+
+    async def _fetch_until_stopping(self, sub, work: anyio.abc.TaskGroup) -> None:
+        while not self.bus.stopping.is_set():
+            free = self.max_in_flight - len(self.held)
+            if free <= 0:
+                await self._wait_changed()
+                continue
+            try:
+                msgs = await sub.fetch(free, timeout=1.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.Error as exc:
+                log.warning("consumer.fetch_failed", consumer=self.spec.durable, error=repr(exc))
+                await anyio.sleep(0.25)
+                continue
+            for msg in msgs:
+                delivery = Delivery(msg)
+                self.held.add(delivery)
+                self.bus.stats.in_flight = len(self.held)
+                work.start_soon(self._handle, delivery)
+
+    async def _handle(self, d: Delivery) -> None:
+        try:
+            await self._dispatch(d)
+            if d.deferred:
+                await d.settled.wait()
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await d.nak()
+            raise
+        finally:
+            if d.acked:
+                self.recent.add(d.msg_id)
+            self.held.discard(d)
+            self.bus.stats.in_flight = len(self.held)
+            self.changed.set()
+
+    async def _dispatch(self, d: Delivery) -> None:
+        if d.msg_id in self.recent:
+            log.info("message.duplicate_skipped", msg_id=d.msg_id, consumer=self.spec.durable)
+            await d.ack()
+            return
+        try:
+            message = decode(d.msg.data, self.cls)
+        except WireError as exc:
+            await self._dead_letter(d.subject, d.stream_seq, d.msg.data, d.deliveries,
+                                    exc.reason, str(exc))
+            await d.ack()
+            return
+        with structlog.contextvars.bound_contextvars(msg_id=d.msg_id):
+            try:
+                await self.handler(message, d)
+            except Exception as exc:  # noqa: BLE001 - any handler failure is retried or dead-lettered
+                if d.deliveries >= self.max_deliver:
+                    await self._dead_letter(d.subject, d.stream_seq, d.msg.data, d.deliveries,
+                                            "handler_error", repr(exc))
+                    await d.ack()
+                else:
+                    log.warning("message.handler_failed", consumer=self.spec.durable,
+                                deliveries=d.deliveries, error=repr(exc))
+                    await d.nak(delay_s=min(0.5 * 2 ** d.deliveries, 10.0))
+                return
+        if not d.deferred:
+            await d.ack()
+        self.bus.stats.processed += 1
+
+    async def _keep_alive(self) -> None:
+        while True:
+            await anyio.sleep(self.ack_wait_s / 3)
+            for d in list(self.held):
+                await d.keep_alive()
+
+    async def _on_max_deliveries(self, msg) -> None:
+        try:
+            seq = int(json.loads(msg.data)["stream_seq"])
+            raw = await self.bus.js.get_msg(self.spec.stream, seq)
+        except (nats.js.errors.NotFoundError, KeyError, ValueError):
+            return  # already settled (for example dead-lettered by a handler) or not ours
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("consumer.advisory_failed", error=repr(exc))
+            return
+        await self._dead_letter(raw.subject, seq, raw.data or b"", self.max_deliver,
+                                "max_deliveries",
+                                f"delivered {self.max_deliver} times without an ack "
+                                "(the handling process died or hung each time)")
+        try:
+            await self.bus.js.delete_msg(self.spec.stream, seq)
+        except nats.js.errors.NotFoundError:
+            pass
+
+    async def _dead_letter(self, subject: str, seq: int, payload: bytes, deliveries: int,
+                           reason: str, error: str) -> None:
+        letter = DeadLetter(
+            subject=subject, stream=self.spec.stream, stream_seq=seq,
+            consumer=self.spec.durable, reason=reason, error=error, payload=payload,
+            deliveries=deliveries, instance=self.bus.identity.instance, at=time.time())
+        await self.bus.publish(subjects.dead_letter_subject(self.spec.stream), letter,
+                               msg_id=f"dlq.{self.spec.stream}.{seq}")
+        log.error("message.dead_lettered", reason=reason, error=error, subject=subject,
+                  stream=self.spec.stream, stream_seq=seq, consumer=self.spec.durable)

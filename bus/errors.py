@@ -1,0 +1,83 @@
+"""The error tree of whetstone, in one place.
+
+Consumes nothing and produces nothing: every package raises from here. The tree lives in
+`bus/` because `bus` is the bottom layer that every other package imports, so nothing has
+to import upwards to raise a shared error.
+
+    WhetError
+    ├── ConfigError          a config file or value is wrong (names file, key, expectation)
+    ├── WireError            a payload cannot become a message
+    │   ├── MalformedMessage     not MessagePack, or fields of the wrong shape
+    │   └── SchemaMismatch       a known message type at a version this build does not read
+    ├── BusError             the bus could not do what was asked
+    │   ├── BusUnavailable       no server answered within the deadline
+    │   └── ObjectCorrupt        a stored object's checksum does not match
+    ├── RunError             a run directory or stack is missing or in the wrong state
+    └── InputError           a user-supplied file (tasks, attempts) has a bad record
+
+Expected outcomes are not errors: a program that timed out is an `ExecutionResult` with a
+`timeout` status, never a raised exception.
+"""
+
+from __future__ import annotations
+
+
+class WhetError(Exception):
+    """Base of every error whetstone raises on purpose."""
+
+
+class ConfigError(WhetError):
+    """A config file or value is invalid; the message names the file, key and expectation."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        self.problem = problem
+        where = f"{source}: {key}" if key else source
+        super().__init__(f"{where}: {problem}")
+
+
+class WireError(WhetError):
+    """A payload could not be turned into the message type its subject carries."""
+
+    reason = "wire_error"
+
+
+class MalformedMessage(WireError):
+    """The payload is not MessagePack, or its fields do not match the schema."""
+
+    reason = "malformed"
+
+
+class SchemaMismatch(WireError):
+    """The payload names a message type or version this build does not read."""
+
+    reason = "schema_mismatch"
+
+
+class BusError(WhetError):
+    """The bus could not complete an operation."""
+
+
+class BusUnavailable(BusError):
+    """No NATS server answered within the operation's deadline."""
+
+
+class ObjectCorrupt(BusError):
+    """An object read back from the object store does not match its recorded checksum."""
+
+
+class RunError(WhetError):
+    """A run directory or running stack is missing, or in a state the command cannot use."""
+
+
+class InputError(WhetError):
+    """A user-supplied file has a bad record; the message names the file, line and field."""
+
+    def __init__(self, source: str, line: int, field: str, problem: str) -> None:
+        self.source = source
+        self.line = line
+        self.field = field
+        self.problem = problem
+        where = f"{source}:{line}" + (f": {field}" if field else "")
+        super().__init__(f"{where}: {problem}")

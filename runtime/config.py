@@ -1,0 +1,174 @@
+"""Typed run configuration, loaded from `configs/*.toml` and validated at start.
+
+Consumes a TOML (or resolved JSON) file and the environment (`WHET_NATS_URL` and the
+credential variables); produces a `RunConfig`, or a `ConfigError` that names the file, the
+key and what was expected. It does not start anything.
+
+A file may name another with `extends = "other.toml"` (relative to itself); its tables are
+merged over the other's, key by key.
+
+Sections of actor kinds live beside the actors (`actors/<kind>.py`) and are composed here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from bus.errors import ConfigError
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
+Seconds = Annotated[float, msgspec.Meta(gt=0)]
+
+
+class Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Base of config sections: unknown keys are errors, values are immutable."""
+
+
+class RunSection(Section):
+    name: str = "whet"
+    "Run name, used in the run id."
+    runs_dir: str = "runs"
+    "Folder that holds one subfolder per run (relative to the working directory)."
+    seed: int = 0
+    "Seed for every random choice the run makes."
+
+
+class BusConfig(Section):
+    url: str = ""
+    "NATS URL; empty starts the embedded nats-server. WHET_NATS_URL overrides it."
+    request_timeout_s: Seconds = 5.0
+    "Timeout of one request to the server."
+    publish_deadline_s: Seconds = 120.0
+    "How long a durable publish keeps retrying through an outage before failing."
+    ack_wait_s: Seconds = 30.0
+    "Redelivery timer of unacked work (kept alive while work is in progress)."
+    max_deliver: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
+    "Deliveries of one message before it is dead-lettered."
+    duplicate_window_s: Seconds = 600.0
+    "Window in which a repeated Nats-Msg-Id is stored once."
+    max_ack_pending: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    "Most unacked messages per consumer, across all its instances."
+    work_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 2048
+    "Size cap of each work stream; past it publishers wait (nothing is dropped)."
+    retention_h: Annotated[float, msgspec.Meta(gt=0)] = 168.0
+    "How long verdicts, events and dead letters are kept."
+    events_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 512
+    "Size cap of the events stream; the oldest events go first."
+
+
+class ActorsConfig(Section):
+    count: dict[str, Count] = {}
+    "Instances per actor kind."
+    target: dict[str, str] = {}
+    "Extra actor kinds as 'module:function' (your own actors)."
+
+
+class SupervisorConfig(Section):
+    heartbeat_s: Seconds = 2.0
+    "Seconds between heartbeats; three missed beats mark an actor dead."
+    drain_s: Seconds = 10.0
+    "Time an actor gets to finish in-flight work when stopped."
+    restart_backoff_s: Seconds = 0.5
+    "First delay before restarting a crashed actor; doubles per crash."
+    restart_backoff_max_s: Seconds = 30.0
+    "Longest restart delay."
+    threads_per_actor: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    "torch/BLAS threads per actor process, so actors do not fight over the cores."
+
+
+class LoggingConfig(Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    "Lowest level written."
+
+
+class RunConfig(Section):
+    run: RunSection = RunSection()
+    bus: BusConfig = BusConfig()
+    actors: ActorsConfig = ActorsConfig()
+    supervisor: SupervisorConfig = SupervisorConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+
+def load(path: str | Path) -> RunConfig:
+    """Load, merge (`extends`), validate and return the config at `path`."""
+    path = Path(path)
+    data = _read(path, seen=())
+    cfg = _convert(data, str(path))
+    return _apply_env(cfg)
+
+
+def _read(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    if path.resolve() in seen:
+        raise ConfigError(str(path), "extends", "files extend each other in a loop")
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = msgspec.json.decode(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, msgspec.DecodeError) as exc:
+        raise ConfigError(str(path), "", f"not valid {path.suffix[1:].upper()}: {exc}") from None
+    base = data.pop("extends", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(str(path), "extends", f"expected a file name, got {base!r}")
+    return _merge(_read(path.parent / base, seen + (path.resolve(),)), data)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+
+
+def _convert(data: dict[str, Any], source: str) -> RunConfig:
+    try:
+        cfg = msgspec.convert(data, RunConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        match = _AT.match(str(exc))
+        assert match is not None
+        key = (match["path"] or "").lstrip(".").replace("[", ".").replace("]", "")
+        key = key.replace("'", "").replace('"', "")
+        raise ConfigError(source, key, match["what"]) from None
+    _check_kinds(cfg, source)
+    return cfg
+
+
+def _check_kinds(cfg: RunConfig, source: str) -> None:
+    from actors import KINDS  # the registry of built-in kinds
+
+    known = set(KINDS) | set(cfg.actors.target)
+    for kind in cfg.actors.count:
+        if kind not in known:
+            raise ConfigError(source, f"actors.count.{kind}",
+                              f"unknown actor kind; expected one of {sorted(known)}")
+    for kind, target in cfg.actors.target.items():
+        if ":" not in target:
+            raise ConfigError(source, f"actors.target.{kind}",
+                              f"expected 'module:function', got {target!r}")
+
+
+def _apply_env(cfg: RunConfig) -> RunConfig:
+    url = os.environ.get("WHET_NATS_URL")
+    if url:
+        cfg = msgspec.structs.replace(cfg, bus=msgspec.structs.replace(cfg.bus, url=url))
+    return cfg
+
+
+def dump(cfg: RunConfig) -> bytes:
+    """The resolved config as indented JSON (loadable again with `load`)."""
+    return msgspec.json.format(msgspec.json.encode(cfg), indent=2)

@@ -1,0 +1,144 @@
+"""structlog set-up: one pipeline, three sinks (console, JSON-lines file, events stream).
+
+Consumes log calls (`log.info("actor.started", ...)`) from every module; produces
+- a line on stderr: pretty on a terminal, JSON otherwise;
+- a JSON line in `<run dir>/logs/<instance>.jsonl`;
+- an `Event` on `whet.v1.events.<kind>.<instance>.<level>`, once a bus is attached.
+
+Events wait in a bounded buffer for the bus; when it is full the oldest are dropped and
+counted (the file still has them). It does not decide what to log.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, TextIO
+
+import anyio
+import msgspec
+import structlog
+
+from bus import subjects
+from bus.codec import encode
+from bus.messages import Event
+
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
+_BUFFER = 10_000
+
+
+class EventSink:
+    """Buffers events for the bus and writes them to the JSON-lines file."""
+
+    def __init__(self, kind: str, instance: str, run_id: str, file: TextIO | None) -> None:
+        self.kind, self.instance, self.run_id = kind, instance, run_id
+        self.file = file
+        self.pending: deque[Event] = deque(maxlen=_BUFFER)
+        self.dropped = 0
+        self.wake = anyio.Event()
+
+    def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        fields = {k: v for k, v in event.items()
+                  if k not in ("event", "level", "timestamp", "actor", "instance", "run_id")}
+        record = Event(ts=event.get("timestamp", time.time()), level=event.get("level", method),
+                       event=str(event.get("event", "")), actor=self.kind,
+                       instance=self.instance, run_id=self.run_id,
+                       fields=_plain(fields))
+        if self.file is not None:
+            self.file.write(msgspec.json.encode(record).decode() + "\n")
+            self.file.flush()
+        if len(self.pending) == self.pending.maxlen:
+            self.dropped += 1
+        self.pending.append(record)
+        self.wake.set()
+        return event
+
+    async def forward(self, bus: Any) -> None:
+        """Publish buffered events to the bus until cancelled."""
+        while True:
+            await self.wake.wait()
+            self.wake = anyio.Event()
+            if not await self.forward_pending(bus):
+                await anyio.sleep(0.5)
+                self.wake.set()
+
+    async def forward_pending(self, bus: Any) -> bool:
+        """Publish what is buffered now; False if the bus refused (kept for later)."""
+        while self.pending:
+            record = self.pending[0]
+            try:
+                await bus.publish_core(
+                    subjects.event_subject(record.actor, record.instance, record.level),
+                    encode(record))
+            except Exception:  # noqa: BLE001 - a down server must not break logging
+                return False
+            self.pending.popleft()
+        try:
+            await bus.nc.flush(timeout=2)
+        except Exception:  # noqa: BLE001
+            pass
+        return True
+
+
+def _plain(fields: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for key, value in fields.items():
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            out[key] = value
+        elif isinstance(value, (list, tuple)) and all(
+                isinstance(v, (str, int, float, bool)) for v in value):
+            out[key] = list(value)
+        elif isinstance(value, dict):
+            out[key] = _plain({str(k): v for k, v in value.items()})
+        else:
+            out[key] = str(value)
+    return out
+
+
+_sink: EventSink | None = None
+
+
+def configure(*, kind: str, instance: str, run_id: str = "", level: str = "info",
+              run_dir: Path | None = None, console: bool = True) -> EventSink:
+    """Set up structlog for this process and bind `actor`, `instance`, `run_id`."""
+    global _sink
+    file = None
+    if run_dir is not None:
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        file = open(run_dir / "logs" / f"{subjects.token(instance)}.jsonl", "a", buffering=1)
+    _sink = EventSink(kind, instance, run_id, file)
+    renderer: Any
+    if sys.stderr.isatty():
+        renderer = structlog.dev.ConsoleRenderer(colors=True)
+    else:
+        renderer = structlog.processors.JSONRenderer()
+    processors: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt=None, utc=True),
+        structlog.processors.format_exc_info,
+        _sink,
+    ]
+    if console:
+        processors.append(renderer)
+    else:
+        processors.append(structlog.processors.JSONRenderer())
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=(structlog.PrintLoggerFactory(sys.stderr) if console
+                        else structlog.PrintLoggerFactory(open("/dev/null", "w"))),
+        cache_logger_on_first_use=False,
+    )
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    structlog.contextvars.clear_contextvars()
+    structlog.contextvars.bind_contextvars(actor=kind, instance=instance, run_id=run_id)
+    return _sink
+
+
+def sink() -> EventSink | None:
+    """The sink `configure` installed, if any."""
+    return _sink

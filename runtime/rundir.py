@@ -1,0 +1,90 @@
+"""The run directory: where one run keeps its config, server store, logs, pid and URL.
+
+Consumes a `RunConfig`; produces `runs/<run_id>/` with
+- `config.resolved.json`  the config as validated at start;
+- `nats.url`              the server the run uses (embedded or configured);
+- `nats/`                 the embedded server's JetStream store and log;
+- `logs/<instance>.jsonl` one JSON-lines event log per process;
+- `supervisor.pid`        the process `whet down` signals;
+and the `runs/latest` link. It starts nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bus.errors import RunError
+from runtime.config import RunConfig, dump
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.resolved.json"
+
+    @property
+    def url_file(self) -> Path:
+        return self.path / "nats.url"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.path / "supervisor.pid"
+
+    @property
+    def nats_dir(self) -> Path:
+        return self.path / "nats"
+
+    def url(self) -> str:
+        try:
+            return self.url_file.read_text().strip()
+        except OSError:
+            raise RunError(f"{self.path}: no nats.url; is the run started?") from None
+
+    def supervisor_pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        return pid
+
+
+def create(cfg: RunConfig) -> RunDir:
+    """Make a fresh run directory, write the resolved config, point `latest` at it."""
+    root = Path(cfg.run.runs_dir)
+    run_id = f"{cfg.run.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+    path = root / run_id
+    path.mkdir(parents=True)
+    (path / "config.resolved.json").write_bytes(dump(cfg))
+    latest = root / "latest"
+    tmp = root / f".latest-{run_id}"
+    tmp.symlink_to(run_id)
+    os.replace(tmp, latest)
+    return RunDir(path.resolve())
+
+
+def find(run: str | None, runs_dir: str = "runs") -> RunDir:
+    """The run named `run` (an id or a path), or the latest one."""
+    if run:
+        candidate = Path(run)
+        if not candidate.is_dir():
+            candidate = Path(runs_dir) / run
+    else:
+        candidate = Path(runs_dir) / "latest"
+    if not candidate.is_dir():
+        raise RunError(f"no run at {candidate}; start one with 'whet up'")
+    return RunDir(candidate.resolve())

@@ -1,0 +1,97 @@
+"""`whet status`: a snapshot of a running stack, read from the bus.
+
+Consumes the actor registry (heartbeats in KV), stream and consumer state, the policy
+version and the dead-letter count; produces a `StackStatus` value, rendered as tables or
+JSON by the CLI. An actor whose last beat is older than three of its intervals is shown as
+`dead`. It changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+from bus import subjects
+from bus.messages import Heartbeat, WeightVersion
+from bus.nats_bus import Bus
+
+WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_EXEC,
+                subjects.STREAM_EXEC_DONE, subjects.STREAM_VERDICTS, subjects.STREAM_DLQ]
+
+
+@dataclass
+class ActorRow:
+    kind: str
+    instance: str
+    pid: int
+    state: str
+    beat_age_s: float
+    uptime_s: float
+    processed: int
+    in_flight: int
+    per_s: float
+    policy_version: int
+    stats: dict[str, float]
+
+
+@dataclass
+class StreamRow:
+    stream: str
+    messages: int
+    consumer: str = ""
+    pending: int = 0
+    in_flight: int = 0
+    redelivered: int = 0
+
+
+@dataclass
+class StackStatus:
+    actors: list[ActorRow] = field(default_factory=list)
+    streams: list[StreamRow] = field(default_factory=list)
+    policy_version: int = -1
+    dead_letters: int = 0
+    at: float = 0.0
+
+    def live(self, kind: str) -> int:
+        """Instances of `kind` that are beating and ready."""
+        return sum(a.kind == kind and a.state == "ready" for a in self.actors)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def actor_row(beat: Heartbeat, now: float) -> ActorRow:
+    """One registry entry as a row; marks it dead when its beats have stopped."""
+    age = now - beat.beat_at
+    state = beat.state
+    if state != "stopped" and age > 3 * beat.interval_s:
+        state = "dead"
+    uptime = max(beat.beat_at - beat.started_at, 1e-9)
+    return ActorRow(kind=beat.kind, instance=beat.instance, pid=beat.pid, state=state,
+                    beat_age_s=round(age, 1), uptime_s=round(uptime, 1),
+                    processed=beat.processed, in_flight=beat.in_flight,
+                    per_s=round(beat.processed / uptime, 2),
+                    policy_version=beat.policy_version, stats=dict(beat.stats))
+
+
+async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
+    """Read the stack's state from the bus."""
+    now = time.time()
+    beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+    rows = sorted((actor_row(b, now) for b in beats.values()), key=lambda r: (r.kind, r.instance))
+    if not include_stopped:
+        rows = [r for r in rows if r.state != "stopped"]
+    streams = []
+    dead_letters = 0
+    for st in await bus.stream_states(WORK_STREAMS):
+        if st.name == subjects.STREAM_DLQ:
+            dead_letters = st.messages
+        if not st.consumers:
+            streams.append(StreamRow(st.name, st.messages))
+        for name, c in st.consumers.items():
+            streams.append(StreamRow(st.name, st.messages, name, c["pending"], c["in_flight"],
+                                     c["redelivered"]))
+    policy = await bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
+    return StackStatus(actors=rows, streams=streams,
+                       policy_version=policy.version if policy else -1,
+                       dead_letters=dead_letters, at=now)

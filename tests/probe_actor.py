@@ -1,0 +1,30 @@
+"""A minimal actor for runtime tests: it takes execution requests and reports them done.
+
+Consumes `ExecutionRequest` from the executor's durable consumer; for a job `["sleep", S]`
+it holds the message S seconds (so a test can kill it mid-job), then publishes
+`ExecutionDone` with the request id as the message id. It runs nothing: the runtime, not
+sandboxing, is under test here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+
+from bus import subjects
+from bus.consumer import Delivery, consume
+from bus.messages import ExecutionDone, ExecutionRequest, ExecutionResult
+
+
+async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    async def handle(req: ExecutionRequest, delivery: Delivery) -> None:
+        if req.job.command[:1] == ["sleep"]:
+            await anyio.sleep(float(req.job.command[1]))
+        done = ExecutionDone(request=req, result=ExecutionResult(status="ok", exit_code=0),
+                             executor=bus.identity.instance, finished_at=time.time())
+        await bus.publish(subjects.EXEC_DONE, done, msg_id=req.request_id)
+
+    task_status.started()
+    await consume(bus, subjects.CONSUMER_EXEC, ExecutionRequest, handle, max_in_flight=4,
+                  drain_s=config.supervisor.drain_s)
