@@ -21,13 +21,10 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from bus.errors import ConfigError
+from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
-
-
-class Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
-    """Base of config sections: unknown keys are errors, values are immutable."""
 
 
 class RunSection(Section):
@@ -142,8 +139,12 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
         match = _AT.match(str(exc))
         assert match is not None
         key = (match["path"] or "").lstrip(".").replace("[", ".").replace("]", "")
-        key = key.replace("'", "").replace('"', "")
-        raise ConfigError(source, key, match["what"]) from None
+        key = key.replace("'", "").replace('"', "").replace("...", "<key>")
+        what = match["what"]
+        unknown = re.match(r"Object contains unknown field `(.+)`", what)
+        if unknown:
+            key, what = ".".join(filter(None, [key, unknown[1]])), "unknown key"
+        raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
     return cfg
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-import msgspec
+from runtime.section import Section
 
 
-class SandboxConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+class SandboxConfig(Section):
     backend: Literal["subprocess", "local", "docker"] = "subprocess"
     "Which backend runs jobs. 'subprocess' isolates nothing: a baseline, never for model output."
     workdir_root: str = ""
