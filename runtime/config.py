@@ -138,8 +138,8 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
     except msgspec.ValidationError as exc:
         match = _AT.match(str(exc))
         assert match is not None
-        key = (match["path"] or "").lstrip(".").replace("[", ".").replace("]", "")
-        key = key.replace("'", "").replace('"', "").replace("...", "<key>")
+        key = (match["path"] or "").replace("[...]", ".<key>").lstrip(".")
+        key = key.replace("[", ".").replace("]", "").replace("'", "").replace('"', "")
         what = match["what"]
         unknown = re.match(r"Object contains unknown field `(.+)`", what)
         if unknown:
