@@ -161,8 +161,8 @@ class Turn(Part):
 
 
 class Attempt(Message, tag="whet.attempt.v1"):
-    """A trajectory at one task: generator to executor (inside a request), judge to generator
-    (as a continuation), judge to learner (inside a verdict)."""
+    """A trajectory at one task: generator to judge (to be checked), judge to executor (inside
+    a request), judge to generator (a continuation), judge to learner (inside a verdict)."""
 
     attempt_id: str
     "Stable id: '<group_id>.<index>'."
@@ -237,7 +237,7 @@ class ExecutionResult(Part):
 
 
 class ExecutionRequest(Message, tag="whet.exec_request.v1"):
-    """Generator (or judge, on retry) to executor: run `job` for the latest turn of `attempt`."""
+    """Judge to executor: run `job` (built from the attempt's latest turn) and report back."""
 
     request_id: str
     "Stable id: '<attempt_id>/t<turn>/r<retry>'."

@@ -55,6 +55,8 @@ class Identity:
     kind: str
     instance: str
     run_id: str = ""
+    run_dir: str = ""
+    "Run directory on this host, where a local process may write metrics; '' if none."
 
 
 @dataclass

@@ -20,12 +20,14 @@ TASKS = f"{PREFIX}.tasks"
 "Sampler to generators: `TaskAssignment`."
 TURNS = f"{PREFIX}.turns"
 "Judge to generators: an `Attempt` to continue with another turn (multi-turn work)."
+ATTEMPTS = f"{PREFIX}.attempts"
+"Generators to judges: an `Attempt` whose latest turn needs checking."
 EXEC_REQUESTS = f"{PREFIX}.exec.requests"
-"Generators (and judges, on retry) to executors: `ExecutionRequest`."
+"Judges to executors: `ExecutionRequest` (built from an attempt; again on retry)."
 EXEC_DONE = f"{PREFIX}.exec.done"
 "Executors to judges: `ExecutionDone`."
 VERDICTS = f"{PREFIX}.verdicts"
-"Judges to learner and evaluator: `Verdict`."
+"Judges to learner, sampler and evaluator: `Verdict`, as `whet.v1.verdicts.<purpose>`."
 EVENTS = f"{PREFIX}.events"
 "Every process: `Event`, as `whet.v1.events.<kind>.<instance>.<level>`."
 DEAD_LETTERS = f"{PREFIX}.dlq"
@@ -59,6 +61,11 @@ def event_subject(kind: str, instance: str, level: str) -> str:
 def event_filter(kind: str | None = None) -> str:
     """Filter subject for the events of one actor kind, or of all."""
     return f"{EVENTS}.{token(kind)}.>" if kind else f"{EVENTS}.>"
+
+
+def verdict_subject(purpose: str) -> str:
+    """Subject of a verdict for 'train' or 'eval' work."""
+    return f"{VERDICTS}.{token(purpose)}"
 
 
 def dead_letter_subject(stream: str) -> str:
@@ -109,6 +116,7 @@ class ConsumerSpec:
 
 STREAM_TASKS = "WHET_TASKS"
 STREAM_TURNS = "WHET_TURNS"
+STREAM_ATTEMPTS = "WHET_ATTEMPTS"
 STREAM_EXEC = "WHET_EXEC"
 STREAM_EXEC_DONE = "WHET_EXEC_DONE"
 STREAM_VERDICTS = "WHET_VERDICTS"
@@ -121,11 +129,12 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int) -
     return [
         StreamSpec(STREAM_TASKS, (TASKS,), "workqueue", max_bytes=work_max_bytes),
         StreamSpec(STREAM_TURNS, (TURNS,), "workqueue", max_bytes=work_max_bytes),
+        StreamSpec(STREAM_ATTEMPTS, (ATTEMPTS,), "workqueue", max_bytes=work_max_bytes),
         StreamSpec(STREAM_EXEC, (EXEC_REQUESTS,), "workqueue", max_bytes=work_max_bytes),
         StreamSpec(STREAM_EXEC_DONE, (EXEC_DONE,), "workqueue", max_bytes=work_max_bytes),
         # Verdicts are kept (limits retention) so traces and audits can read them after the
         # learner has acked; discard_new means a full stream refuses, never drops, a verdict.
-        StreamSpec(STREAM_VERDICTS, (VERDICTS,), "limits", max_age_s=retention_s,
+        StreamSpec(STREAM_VERDICTS, (f"{VERDICTS}.>",), "limits", max_age_s=retention_s,
                    max_bytes=work_max_bytes),
         StreamSpec(STREAM_EVENTS, (f"{EVENTS}.>",), "limits", max_age_s=retention_s,
                    max_bytes=events_max_bytes, discard_new=False),
@@ -135,6 +144,7 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int) -
 
 CONSUMER_TASKS = ConsumerSpec(STREAM_TASKS, "generator", TASKS)
 CONSUMER_TURNS = ConsumerSpec(STREAM_TURNS, "generator-turns", TURNS)
+CONSUMER_ATTEMPTS = ConsumerSpec(STREAM_ATTEMPTS, "judge-attempts", ATTEMPTS)
 CONSUMER_EXEC = ConsumerSpec(STREAM_EXEC, "executor", EXEC_REQUESTS)
 CONSUMER_EXEC_DONE = ConsumerSpec(STREAM_EXEC_DONE, "judge", EXEC_DONE)
-CONSUMER_LEARNER = ConsumerSpec(STREAM_VERDICTS, "learner", VERDICTS)
+CONSUMER_LEARNER = ConsumerSpec(STREAM_VERDICTS, "learner", f"{VERDICTS}.train")

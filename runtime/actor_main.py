@@ -60,10 +60,11 @@ def _limit_threads(n: int) -> None:
 
 
 async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
-                run_id: str) -> None:
+                run_dir: str) -> None:
     """Connect, run the actor until stopped, keep its heartbeat, then leave cleanly."""
     run = resolve_target(kind, cfg)
-    bus = await Bus.connect(bus_settings(cfg, url), Identity(kind, instance, run_id))
+    bus = await Bus.connect(bus_settings(cfg, url),
+                            Identity(kind, instance, Path(run_dir).name, run_dir))
     sink = log_mod.sink()
     started_at = time.time()
     state = {"value": "starting"}
@@ -147,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     log_mod.configure(kind=args.kind, instance=args.instance, run_id=run_dir.name,
                       level=cfg.logging.level, run_dir=run_dir)
     try:
-        anyio.run(serve, args.kind, args.instance, cfg, args.url, run_dir.name)
+        anyio.run(serve, args.kind, args.instance, cfg, args.url, str(run_dir))
     except KeyboardInterrupt:
         return 0
     except Exception:

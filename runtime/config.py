@@ -79,6 +79,22 @@ class SupervisorConfig(Section):
     "torch/BLAS threads per actor process, so actors do not fight over the cores."
 
 
+class TrainingConfig(Section):
+    mode: Literal["sync", "async"] = "async"
+    "sync: generate a batch, train, repeat (on-policy). async: rolling, bounded staleness."
+    batch_size: Annotated[int, msgspec.Meta(ge=1)] = 32
+    "Attempts per learner update."
+    group_size: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    "Attempts per task (the GRPO group)."
+    max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 2
+    "async: policy versions a sample may lag behind the learner. sync uses 0."
+
+    @property
+    def staleness(self) -> int:
+        """The staleness bound in force: 0 in sync mode."""
+        return 0 if self.mode == "sync" else self.max_staleness
+
+
 class LoggingConfig(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     "Lowest level written."
@@ -90,6 +106,7 @@ class RunConfig(Section):
     actors: ActorsConfig = ActorsConfig()
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
+    training: TrainingConfig = TrainingConfig()
 
 
 def load(path: str | Path) -> RunConfig:

@@ -15,7 +15,8 @@ from bus import subjects
 from bus.messages import Heartbeat, WeightVersion
 from bus.nats_bus import Bus
 
-WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_EXEC,
+WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
+                subjects.STREAM_EXEC,
                 subjects.STREAM_EXEC_DONE, subjects.STREAM_VERDICTS, subjects.STREAM_DLQ]
 
 
