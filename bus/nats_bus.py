@@ -401,6 +401,27 @@ class Bus:
                 except nats.errors.Error:
                     pass
 
+    async def snapshot(self, stream: str, cls: type[M]) -> list[tuple[int, M | None]]:
+        """Every message stored in `stream` now, by sequence, without a consumer.
+
+        Works on work-queue streams too (which allow no second consumer); for audits and
+        tests, not hot paths: one request per message.
+        """
+        info = await self.js.stream_info(stream)
+        out: list[tuple[int, M | None]] = []
+        if not info.state.messages:
+            return out
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            try:
+                raw = await self.js.get_msg(stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            try:
+                out.append((seq, decode(raw.data or b"", cls)))
+            except Exception:  # noqa: BLE001 - shown as undecodable
+                out.append((seq, None))
+        return out
+
     # --- state -----------------------------------------------------------------------------
 
     async def stream_states(self, names: list[str]) -> list[StreamState]:

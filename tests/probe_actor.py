@@ -8,6 +8,7 @@ sandboxing, is under test here.
 
 from __future__ import annotations
 
+import os
 import time
 
 import anyio
@@ -21,7 +22,10 @@ async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     async def handle(req: ExecutionRequest, delivery: Delivery) -> None:
         if req.job.command[:1] == ["sleep"]:
             await anyio.sleep(float(req.job.command[1]))
-        done = ExecutionDone(request=req, result=ExecutionResult(status="ok", exit_code=0),
+        # Who ran it, and on which delivery: tests use this to see redelivery happen.
+        note = f"pid={os.getpid()} deliveries={delivery.deliveries}"
+        done = ExecutionDone(request=req, result=ExecutionResult(status="ok", exit_code=0,
+                                                                 stdout=note),
                              executor=bus.identity.instance, finished_at=time.time())
         await bus.publish(subjects.EXEC_DONE, done, msg_id=req.request_id)
 
