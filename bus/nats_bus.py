@@ -273,14 +273,20 @@ class Bus:
             fut = await self.js.publish_async(subject, encode(msg),
                                               headers={"Nats-Msg-Id": msg_id})
             futures.append((msg_id, msg, fut))
-        new = 0
-        for msg_id, msg, fut in futures:
-            try:
-                with anyio.fail_after(self.settings.request_timeout_s):
-                    ack = await fut
-                new += not ack.duplicate
-            except (*_RETRYABLE, nats.js.errors.APIError):
-                new += not await self.publish(subject, msg, msg_id=msg_id)
+        new, done = 0, 0
+        retry = []
+        with anyio.move_on_after(self.settings.request_timeout_s):
+            for msg_id, msg, fut in futures:
+                try:
+                    new += not (await fut).duplicate
+                except (*_RETRYABLE, nats.js.errors.APIError):
+                    retry.append((msg_id, msg))
+                done += 1
+        for msg_id, msg, fut in futures[done:]:  # acks that did not come in time
+            fut.cancel()
+            retry.append((msg_id, msg))
+        for msg_id, msg in retry:
+            new += not await self.publish(subject, msg, msg_id=msg_id)
         return new
 
     async def publish_core(self, subject: str, data: bytes) -> None:
