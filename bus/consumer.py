@@ -156,12 +156,14 @@ class _Loop:
             self.spec, ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver))
         sub = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
             durable=self.spec.durable, stream=self.spec.stream))
-        advisory = await self.bus.nc.subscribe(
-            subjects.max_deliveries_advisory(self.spec.stream, self.spec.durable),
-            queue=f"dlq-{self.spec.durable}", cb=self._on_max_deliveries)
+        advisory_spec = subjects.advisory_consumer(self.spec)
+        await self._retry(lambda: self.bus.ensure_consumer(advisory_spec, max_deliver=20))
+        advisory = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
+            durable=advisory_spec.durable, stream=advisory_spec.stream))
         try:
             async with anyio.create_task_group() as work:
                 work.start_soon(self._keep_alive)
+                work.start_soon(self._dead_letter_given_up, advisory)
                 for _ in range(self.max_in_flight):
                     work.start_soon(self._worker)
                 await self._fetch_until_stopping(sub)
@@ -293,15 +295,30 @@ class _Loop:
             for d in list(self.held):
                 await d.keep_alive()
 
+    async def _dead_letter_given_up(self, advisories) -> None:
+        while True:
+            try:
+                msgs = await advisories.fetch(8, timeout=5.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.Error:
+                await anyio.sleep(0.5)
+                continue
+            for msg in msgs:
+                try:
+                    await self._on_max_deliveries(msg)
+                except (nats.errors.Error, TimeoutError, BusUnavailable) as exc:
+                    log.warning("consumer.advisory_failed", error=repr(exc))
+                    await _quietly(msg.nak(delay=1.0))
+                else:
+                    await _quietly(msg.ack())
+
     async def _on_max_deliveries(self, msg) -> None:
         try:
             seq = int(json.loads(msg.data)["stream_seq"])
             raw = await self.bus.js.get_msg(self.spec.stream, seq)
         except (nats.js.errors.NotFoundError, KeyError, ValueError):
             return  # already settled (for example dead-lettered by a handler) or not ours
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("consumer.advisory_failed", error=repr(exc))
-            return
         await self._dead_letter(raw.subject, seq, raw.data or b"", self.max_deliver,
                                 "max_deliveries",
                                 f"delivered {self.max_deliver} times without an ack "

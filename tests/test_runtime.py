@@ -14,7 +14,8 @@ import anyio
 import msgspec
 
 from bus import subjects
-from bus.messages import ExecutionDone, ExecutionRequest, Job
+from bus.codec import decode
+from bus.messages import DeadLetter, ExecutionDone, ExecutionRequest, Job
 from runtime import status as status_mod
 from tests.test_codec import samples
 
@@ -202,3 +203,24 @@ async def test_down_is_graceful_and_nothing_in_flight_is_lost(bus, make_stack):
     again.start()
     done = await all_done(bus, 30, timeout_s=60)
     assert sorted(d.request.request_id for d in done) == sorted(f"r{i}" for i in range(30))
+
+
+async def test_message_that_crashes_its_actor_every_time_is_dead_lettered(bus, make_stack):
+    """A poison message that kills each process handling it ends in the dead-letter stream
+    with reason max_deliveries, and the actors keep serving other work."""
+    stack = make_stack(PROBE.format(n=1), bus_text="ack_wait_s = 1.0\nmax_deliver = 3")
+    stack.start()
+    await ready_probes(bus, 1)
+    poison = msgspec.structs.replace(TEMPLATE, request_id="poison", job=Job(command=["crash"]))
+    await bus.publish(subjects.EXEC_REQUESTS, poison, msg_id="poison")
+
+    async def dead_lettered():
+        letters = [m for _, m in await bus.snapshot(subjects.STREAM_DLQ, DeadLetter)]
+        return letters or None
+
+    (letter,) = await wait_for(dead_lettered, 60, "poison dead-lettered")
+    assert letter.reason == "max_deliveries" and letter.deliveries == 3
+    assert decode(letter.payload, ExecutionRequest).request_id == "poison"
+    await publish_requests(bus, 3, sleep_s=0.1)
+    done = await all_done(bus, 3, timeout_s=30)
+    assert sorted(d.request.request_id for d in done) == ["r0", "r1", "r2"]
