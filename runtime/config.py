@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from bus.errors import ConfigError
+from runtime.auth import AuthConfig, role_of
 from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -108,6 +109,7 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    auth: AuthConfig = AuthConfig()
 
 
 def load(path: str | Path) -> RunConfig:
@@ -192,6 +194,11 @@ def _check_kinds(cfg: RunConfig, source: str) -> None:
         if ":" not in target:
             raise ConfigError(source, f"actors.target.{kind}",
                               f"expected 'module:function', got {target!r}")
+    for kind in cfg.actors.count if cfg.auth.enabled else ():
+        try:
+            role_of(kind, cfg.auth)
+        except ValueError as exc:
+            raise ConfigError(source, f"auth.roles.{kind}", str(exc)) from None
 
 
 def _apply_env(cfg: RunConfig) -> RunConfig:

@@ -18,6 +18,7 @@ import structlog
 from bus import subjects
 from bus.messages import ScaleTarget
 from bus.nats_bus import Bus, Identity
+from runtime import credentials
 from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
 from runtime.embedded import EmbeddedServer
@@ -31,21 +32,28 @@ async def serve(cfg: RunConfig, run_dir: RunDir, *, on_ready=None) -> None:
     """Run the stack in this process until a stop signal; `on_ready(bus)` runs once it serves."""
     server = None
     url = cfg.bus.url
+    secrets = credentials.secrets_dir(cfg, run_dir)
     if not url:
-        server = EmbeddedServer(run_dir.nats_dir)
+        server = EmbeddedServer(run_dir.nats_dir,
+                                extra_config=credentials.embedded_server_config(cfg, secrets))
         url = await anyio.to_thread.run_sync(server.start)
-        log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid)
+        log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
+                 auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file))
+    elif secrets is not None:
+        credentials.read_passwords(secrets)  # fail now, not in every actor
     run_dir.url_file.write_text(url + "\n")
     run_dir.pid_file.write_text(f"{os.getpid()}\n")
     from runtime import log as log_mod
 
     sink = log_mod.sink()
-    bus = await Bus.connect(bus_settings(cfg, url), Identity("supervisor", "supervisor",
-                                                              run_dir.run_id))
+    settings = credentials.as_admin(bus_settings(cfg, url), cfg, secrets)
+    bus = await Bus.connect(settings, Identity("supervisor", "supervisor", run_dir.run_id))
     try:
         await bus.ensure_topology(topology(cfg))
         await _record_run(bus, cfg, run_dir)
-        supervisor = Supervisor(cfg, run_dir, url, bus)
+        supervisor = Supervisor(
+            cfg, run_dir, url, bus,
+            child_env=lambda kind: credentials.actor_env(kind, cfg, secrets, dict(os.environ)))
         async with anyio.create_task_group() as tg:
             if sink is not None:
                 tg.start_soon(sink.forward, bus)
