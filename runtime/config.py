@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from bus.errors import ConfigError
+from monitoring.config import MonitorConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.section import Section
 
@@ -110,6 +111,7 @@ class RunConfig(Section):
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
     auth: AuthConfig = AuthConfig()
+    monitor: MonitorConfig = MonitorConfig()
 
 
 def load(path: str | Path) -> RunConfig:
