@@ -18,7 +18,7 @@ import structlog
 from bus import subjects
 from bus.messages import ScaleTarget
 from bus.nats_bus import Bus, Identity
-from runtime import credentials
+from runtime import autoscale, credentials
 from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
 from runtime.embedded import EmbeddedServer
@@ -59,6 +59,8 @@ async def serve(cfg: RunConfig, run_dir: RunDir, *, on_ready=None) -> None:
                 tg.start_soon(sink.forward, bus)
             tg.start_soon(_stop_on_signal, bus)
             await tg.start(supervisor.run)
+            if cfg.autoscale.kinds:
+                tg.start_soon(autoscale.run_autoscaler, bus, cfg.autoscale, supervisor.counts)
             log.info("stack.ready", run_id=run_dir.run_id, url=url, actors=supervisor.counts())
             (run_dir.path / "ready").write_text(f"{time.time()}\n")
             if on_ready is not None:

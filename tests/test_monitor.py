@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bus import subjects
 from bus.codec import encode
-from bus.messages import (Event, ExecutionResult, Heartbeat, MetricsSnapshot, Task, Verdict,
+from bus.messages import (Event, ExecutionResult, Heartbeat, MetricsSnapshot, Verdict,
                           WeightVersion)
 from tests.conftest import ROOT
 from tests.test_codec import samples
