@@ -250,8 +250,9 @@ async def test_stack_with_auth_logs_each_actor_in_as_its_role(tmp_path):
 
     stack = Stack(tmp_path, "", PROBE.format(n=1), "")
     stack.config.write_text(f'[run]\nname = "t"\nruns_dir = "{tmp_path / "runs"}"\n'
-                            + PROBE.format(n=1) + '[auth]\nenabled = true\n'
-                            + 'roles = { probe = "executor" }\n')
+                            + PROBE.format(n=1).replace("probe = 1", "probe = 1\nmonitor = 1")
+                            + '[monitor]\nprometheus_port = 0\nsnapshot_s = 0.3\n'
+                            + '[auth]\nenabled = true\nroles = { probe = "executor" }\n')
     for var in ("WHET_NATS_URL", "WHET_NATS_USER", "WHET_NATS_PASSWORD", "WHET_NATS_TOKEN"):
         stack.env.pop(var, None)
     stack.start()
@@ -277,19 +278,25 @@ async def test_stack_with_auth_logs_each_actor_in_as_its_role(tmp_path):
             assert "refused: the server refused whet.v1.verdicts.train" in done["rogue"].result.stdout
             assert done["r1"].executor == "probe-1"
 
-            async def refusal_event():
-                async for _, ev, _ in admin.replay(subjects.STREAM_EVENTS,
-                                                   subjects.event_filter("probe"), Event,
-                                                   follow=False):
-                    if ev is not None and ev.event == "bus.permission_denied":
-                        return ev
-                return None
+            async def refusals() -> list[Event]:
+                return [ev async for _, ev, _ in admin.replay(
+                    subjects.STREAM_EVENTS, subjects.event_filter(), Event, follow=False)
+                    if ev is not None and ev.event == "bus.permission_denied"]
 
             with anyio.fail_after(10):
-                while (event := await refusal_event()) is None:
+                while not (refused := await refusals()):
                     await anyio.sleep(0.2)
+            (event,) = refused
             assert event.fields["subject"] == "whet.v1.verdicts.train"
             assert event.fields["user"] == "executor" and event.instance == "probe-1"
+            await admin.publish(subjects.verdict_subject("train"), VERDICT, msg_id="v1")
+            with anyio.fail_after(20):  # the monitor, logged in as monitor, did all its work
+                while not (trials := (await admin.stream_states([subjects.STREAM_TRIALS]))[0].messages):
+                    await anyio.sleep(0.2)
+                while (await admin.kv_get(subjects.BUCKET_RUN, subjects.KEY_METRICS,
+                                          MetricsSnapshot) or MetricsSnapshot(at=0)).verdicts < 1:
+                    await anyio.sleep(0.2)
+            assert trials == 1 and len(await refusals()) == 1, "no other actor was refused"
         finally:
             await admin.close()
         status = stack.whet("status", "--json")
