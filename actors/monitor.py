@@ -33,7 +33,6 @@ import structlog
 
 from bus import subjects
 from bus.consumer import Delivery, consume
-from bus.errors import BusUnavailable
 from bus.messages import Event, Heartbeat, MetricsSnapshot, Verdict, WeightVersion
 from bus.nats_bus import Bus
 from monitoring import metrics, prometheus, trials
@@ -74,7 +73,7 @@ class Monitor:
                 async for version in self.bus.kv_watch(subjects.BUCKET_POLICY,
                                                        subjects.KEY_POLICY, WeightVersion):
                     self.policy_version = version.version
-            except (BusUnavailable, OSError, TimeoutError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a restarted server ends the watch: renew it
                 log.warning("monitor.policy_watch_failed", error=repr(exc))
                 await anyio.sleep(1.0)
 
@@ -85,7 +84,7 @@ class Monitor:
                         subjects.STREAM_EVENTS, subjects.event_filter("evaluator"), Event):
                     if event is not None and event.event == _EVALUATED:
                         self.take_evaluation(event)
-            except (BusUnavailable, OSError, TimeoutError) as exc:
+            except Exception as exc:  # noqa: BLE001 - a restarted server drops the replay: renew it
                 log.warning("monitor.events_follow_failed", error=repr(exc))
                 await anyio.sleep(1.0)
 
@@ -127,7 +126,7 @@ class Monitor:
         while True:
             try:
                 await self.snapshot()
-            except (BusUnavailable, OSError, TimeoutError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the next snapshot may succeed
                 log.warning("monitor.snapshot_failed", error=repr(exc))
             await anyio.sleep(interval_s)
 

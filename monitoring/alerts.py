@@ -42,6 +42,9 @@ class HeldoutSeries:
     "(unix time, policy version, overall pass rate)."
 
     def add(self, at: float, version: int, rate: float) -> None:
+        """Record a report; one seen before (a replay after a reconnect) is ignored."""
+        if (at, version, rate) in self.points:
+            return
         self.points.append((at, version, rate))
         self.points.sort()
         del self.points[:-1000]

@@ -2,7 +2,9 @@
 
 Consumes a `RunConfig` and a fresh run directory; produces a running stack whose URL and
 supervisor pid are in the run directory, until SIGTERM/SIGINT (`whet down`, Ctrl-C) stops
-it gracefully: actors drain, then the embedded server stops. It does no domain work.
+it gracefully: actors drain, then the embedded server stops. With `[auth]` on, the embedded
+server gets per-run users and each actor its role's login (`runtime.credentials`); with
+`[autoscale]` kinds, the autoscaler runs beside the supervisor. It does no domain work.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import anyio
 import msgspec
@@ -30,17 +33,8 @@ log = structlog.get_logger("runtime.stack")
 
 async def serve(cfg: RunConfig, run_dir: RunDir, *, on_ready=None) -> None:
     """Run the stack in this process until a stop signal; `on_ready(bus)` runs once it serves."""
-    server = None
-    url = cfg.bus.url
     secrets = credentials.secrets_dir(cfg, run_dir)
-    if not url:
-        server = EmbeddedServer(run_dir.nats_dir,
-                                extra_config=credentials.embedded_server_config(cfg, secrets))
-        url = await anyio.to_thread.run_sync(server.start)
-        log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
-                 auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file))
-    elif secrets is not None:
-        credentials.read_passwords(secrets)  # fail now, not in every actor
+    server, url = await _start_server(cfg, run_dir, secrets)
     run_dir.url_file.write_text(url + "\n")
     run_dir.pid_file.write_text(f"{os.getpid()}\n")
     from runtime import log as log_mod
@@ -79,6 +73,21 @@ async def serve(cfg: RunConfig, run_dir: RunDir, *, on_ready=None) -> None:
                 await anyio.to_thread.run_sync(server.stop)
             run_dir.pid_file.unlink(missing_ok=True)
             (run_dir.path / "ready").unlink(missing_ok=True)
+
+
+async def _start_server(cfg: RunConfig, run_dir: RunDir,
+                        secrets: Path | None) -> tuple[EmbeddedServer | None, str]:
+    """The embedded server (with per-run users when auth is on), or the configured URL."""
+    if cfg.bus.url:
+        if secrets is not None:
+            credentials.read_passwords(secrets)  # fail now, not in every actor
+        return None, cfg.bus.url
+    server = EmbeddedServer(run_dir.nats_dir,
+                            extra_config=credentials.embedded_server_config(cfg, secrets))
+    url = await anyio.to_thread.run_sync(server.start)
+    log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
+             auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file))
+    return server, url
 
 
 async def _stop_on_signal(bus: Bus) -> None:
