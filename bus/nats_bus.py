@@ -14,6 +14,7 @@ once.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from nats.js import api
 
 from bus import subjects
 from bus.codec import decode, encode
-from bus.errors import BusUnavailable
+from bus.errors import BusUnavailable, PermissionDenied
 from bus.messages import Message
 
 M = TypeVar("M", bound=Message)
@@ -46,6 +47,8 @@ _RETRYABLE = (
     TimeoutError,
 )
 _STREAM_FULL = {10077, 10047}  # maximum messages / bytes exceeded: back off and retry
+_VIOLATION = re.compile(r"permissions violation for (publish|subscription) to \"?([^\"\s]+)",
+                        re.IGNORECASE)
 
 
 @dataclass
@@ -99,6 +102,68 @@ class StreamState:
     consumers: dict[str, dict[str, int]]
 
 
+class _ConnectionWatch:
+    """The client's callbacks: refusals become `bus.permission_denied` events, a refused
+    login stops the connect attempt, and errors while closing stay quiet."""
+
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self.closing = False
+        self.denied: dict[str, float] = {}
+        """Subjects the server refused (lowercased: nats-py lowercases the error text), with
+        the monotonic time of the latest refusal."""
+        self.login_refused = ""
+        self.connecting: anyio.CancelScope | None = None
+
+    async def on_error(self, exc: Exception) -> None:
+        text = str(exc)
+        refused = _VIOLATION.search(text)
+        if refused:
+            operation = "publish" if refused[1].lower() == "publish" else "subscribe"
+            self.denied[refused[2]] = time.monotonic()
+            log.error("bus.permission_denied", operation=operation, subject=refused[2],
+                      user=self.user)
+        elif "authorization violation" in text.lower() and self.connecting is not None:
+            self.login_refused = text
+            self.connecting.cancel()  # nats-py would retry a refused login forever
+        elif not self.closing:
+            log.warning("bus.error", error=text or type(exc).__name__)
+
+    async def on_disconnect(self) -> None:
+        if not self.closing:
+            log.warning("bus.disconnected")
+
+    async def on_reconnect(self) -> None:
+        log.info("bus.reconnected")
+
+
+def _client_options(settings: BusSettings, identity: Identity, watch: _ConnectionWatch) -> dict:
+    options: dict = dict(
+        servers=[settings.url],
+        name=f"{identity.kind}:{identity.instance}",
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        ping_interval=settings.ping_interval_s,
+        max_outstanding_pings=3,
+        connect_timeout=min(5.0, settings.connect_timeout_s),
+        error_cb=watch.on_error,
+        disconnected_cb=watch.on_disconnect,
+        reconnected_cb=watch.on_reconnect,
+    )
+    if settings.user:
+        options.update(user=settings.user, password=settings.password,
+                       inbox_prefix=subjects.inbox_prefix(settings.user))
+    if settings.token:
+        options.update(token=settings.token)
+    if settings.creds_file:
+        options.update(user_credentials=settings.creds_file)
+    if settings.tls_ca_file:
+        import ssl
+
+        options.update(tls=ssl.create_default_context(cafile=settings.tls_ca_file))
+    return options
+
+
 class Bus:
     """A connected client. Create with `await Bus.connect(settings, identity)`."""
 
@@ -110,65 +175,44 @@ class Bus:
         self.stats = ActorStats()
         self.stopping = anyio.Event()
         "Set when the process should stop taking new work and drain."
-        self._closing = {"now": False}
+        self.watch = _ConnectionWatch(settings.user)
+        "Connection-level news from the client: closing, refused subjects."
 
     @classmethod
     async def connect(cls, settings: BusSettings, identity: Identity) -> "Bus":
-        """Connect, retrying until `connect_timeout_s`; reconnects forever afterwards."""
-        closing = {"now": False}
+        """Connect within `connect_timeout_s`; reconnects forever afterwards.
 
-        async def on_error(exc: Exception) -> None:
-            if not closing["now"]:
-                log.warning("bus.error", error=str(exc) or type(exc).__name__)
-
-        async def on_disconnect() -> None:
-            if not closing["now"]:
-                log.warning("bus.disconnected")
-
-        async def on_reconnect() -> None:
-            log.info("bus.reconnected")
-
-        options: dict = dict(
-            servers=[settings.url],
-            name=f"{identity.kind}:{identity.instance}",
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            ping_interval=settings.ping_interval_s,
-            max_outstanding_pings=3,
-            connect_timeout=min(5.0, settings.connect_timeout_s),
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
-        if settings.user:
-            options.update(user=settings.user, password=settings.password)
-        if settings.token:
-            options.update(token=settings.token)
-        if settings.creds_file:
-            options.update(user_credentials=settings.creds_file)
-        if settings.tls_ca_file:
-            import ssl
-
-            options.update(tls=ssl.create_default_context(cafile=settings.tls_ca_file))
+        A login the server refuses raises PermissionDenied at once (nats-py itself would
+        retry it forever); no server within the timeout raises BusUnavailable.
+        """
+        watch = _ConnectionWatch(settings.user)
+        options = _client_options(settings, identity, watch)
         deadline = time.monotonic() + settings.connect_timeout_s
         delay = 0.1
         while True:
-            try:
-                nc = await nats.connect(**options)
-                bus = cls(nc, settings, identity)
-                bus._closing = closing
-                return bus
-            except nats.errors.AuthorizationError:
-                raise
-            except (OSError, nats.errors.Error, TimeoutError) as exc:
-                if time.monotonic() + delay > deadline:
-                    raise BusUnavailable(f"no NATS server at {settings.url}: {exc}") from exc
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            with anyio.CancelScope(deadline=anyio.current_time()
+                                   + max(0.0, deadline - time.monotonic())) as watch.connecting:
+                try:
+                    nc = await nats.connect(**options)
+                    watch.connecting = None  # refusals on later reconnects are only logged
+                    bus = cls(nc, settings, identity)
+                    bus.watch = watch
+                    return bus
+                except (OSError, nats.errors.Error, TimeoutError) as exc:
+                    problem: Exception = exc
+            if watch.login_refused:
+                raise PermissionDenied(f"NATS at {settings.url} refused the login of user "
+                                       f"{settings.user or '(none)'}: {watch.login_refused}")
+            if watch.connecting.cancelled_caught:
+                problem = TimeoutError(f"no connection within {settings.connect_timeout_s:.0f} s")
+            if time.monotonic() + delay > deadline:
+                raise BusUnavailable(f"no NATS server at {settings.url}: {problem}")
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
         """Flush and close; shielded so a cancelled caller still leaves cleanly."""
-        self._closing["now"] = True
+        self.watch.closing = True
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(5):
                 try:
@@ -209,6 +253,7 @@ class Bus:
             max_bytes=spec.max_bytes,
             discard=api.DiscardPolicy.NEW if spec.discard_new else api.DiscardPolicy.OLD,
             duplicate_window=self.settings.duplicate_window_s,
+            max_msgs_per_subject=spec.max_msgs_per_subject,
         )
         try:
             await self.js.add_stream(config)
@@ -245,6 +290,7 @@ class Bus:
         deadline = time.monotonic() + self.settings.publish_deadline_s
         delay = 0.05
         while True:
+            tried_at = time.monotonic()
             try:
                 ack = await self.js.publish(subject, data, headers=headers,
                                             timeout=self.settings.request_timeout_s)
@@ -254,6 +300,7 @@ class Bus:
                     raise
                 problem: Exception = exc
             except _RETRYABLE as exc:
+                self.raise_if_denied(tried_at, subject)
                 problem = exc
             if time.monotonic() + delay > deadline:
                 raise BusUnavailable(f"publish to {subject} failed: {problem!r}")
@@ -261,6 +308,21 @@ class Bus:
                         error=repr(problem))
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def raise_if_denied(self, since: float, subject: str, *, containing: str = "") -> None:
+        """Raise PermissionDenied if, after `since`, the server refused this client `subject`
+        (or any subject containing `containing`, such as a bucket's API calls).
+
+        A refused request gets no reply, only an error on the connection, so a timeout on a
+        refused subject is a refusal, not an outage to retry through.
+        """
+        # nats-py lowercases the server's error text, subject included.
+        subject, containing = subject.lower(), containing.lower()
+        refused = [x for x, at in self.watch.denied.items() if at >= since
+                   and (x == subject or (containing and containing in x))]
+        if refused:
+            raise PermissionDenied(f"the server refused {', '.join(sorted(refused))} to user "
+                                   f"{self.settings.user or '(none)'}")
 
     async def publish_many(self, subject: str, items: list[tuple[str, Message]]) -> int:
         """Store many messages with pipelined acks; returns how many were new.
@@ -301,13 +363,16 @@ class Bus:
 
     async def kv_put_bytes(self, bucket: str, key: str, value: bytes) -> None:
         """Write raw bytes under `key` (run metadata that is not a message)."""
-        kv = await self.js.key_value(bucket)
         with anyio.fail_after(self.settings.publish_deadline_s):
             while True:
+                tried_at = time.monotonic()
                 try:
+                    kv = await self.js.key_value(bucket)
                     await kv.put(key, value)
                     return
                 except _RETRYABLE:
+                    self.raise_if_denied(tried_at, subjects.kv_subject(bucket, key),
+                                         containing=subjects.kv_stream(bucket))
                     await anyio.sleep(0.25)
 
     async def kv_get_bytes(self, bucket: str, key: str) -> bytes | None:

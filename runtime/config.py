@@ -22,6 +22,9 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from bus.errors import ConfigError
+from monitoring.config import MonitorConfig
+from runtime.auth import AuthConfig, role_of
+from runtime.autoscale import AutoscaleConfig
 from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -108,6 +111,9 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    auth: AuthConfig = AuthConfig()
+    monitor: MonitorConfig = MonitorConfig()
+    autoscale: AutoscaleConfig = AutoscaleConfig()
 
 
 def load(path: str | Path) -> RunConfig:
@@ -184,14 +190,20 @@ def _check_kinds(cfg: RunConfig, source: str) -> None:
     from actors import KINDS  # the registry of built-in kinds
 
     known = set(KINDS) | set(cfg.actors.target)
-    for kind in cfg.actors.count:
-        if kind not in known:
-            raise ConfigError(source, f"actors.count.{kind}",
-                              f"unknown actor kind; expected one of {sorted(known)}")
+    for section, kinds in (("actors.count", cfg.actors.count), ("autoscale.kinds", cfg.autoscale.kinds)):
+        for kind in kinds:
+            if kind not in known:
+                raise ConfigError(source, f"{section}.{kind}",
+                                  f"unknown actor kind; expected one of {sorted(known)}")
     for kind, target in cfg.actors.target.items():
         if ":" not in target:
             raise ConfigError(source, f"actors.target.{kind}",
                               f"expected 'module:function', got {target!r}")
+    for kind in {*cfg.actors.count, *cfg.autoscale.kinds} if cfg.auth.enabled else ():
+        try:
+            role_of(kind, cfg.auth)
+        except ValueError as exc:
+            raise ConfigError(source, f"auth.roles.{kind}", str(exc)) from None
 
 
 def _apply_env(cfg: RunConfig) -> RunConfig:
