@@ -1,0 +1,89 @@
+"""The learner over a real bus with the tiny model: verdicts in, new versions out.
+
+Verdicts are built here as a judge would build them; the learner and a generator each get
+their own connection to a real nats-server.
+"""
+
+from __future__ import annotations
+
+import anyio
+import msgspec
+import pytest
+import torch
+
+from actors import generator, learner
+from bus import subjects
+from bus.codec import unpack_f32, unpack_ids
+from bus.messages import Attempt, Verdict
+from bus.nats_bus import Bus, Identity
+from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, SamplingConfig
+from policy.versions import current_version, fetch_weights
+from runtime.config import RunConfig, TrainingConfig
+from tests.conftest import bus_settings
+from tests.test_generator import assignment, attempts_on_bus
+
+
+def verdict_for(attempt: Attempt, reward: float) -> Verdict:
+    """What a judge would send for `attempt`: pass at reward 1, fail otherwise."""
+    return Verdict(verdict_id=attempt.attempt_id, attempt=attempt,
+                   outcome="pass" if reward >= 1 else "fail", reward=reward,
+                   components={"tests": reward}, judge="test-judge")
+
+
+def tiny_run_config(tmp_path, **training) -> RunConfig:
+    return RunConfig(
+        model=ModelConfig(name="tiny"),
+        generator=GeneratorConfig(engine="torch", dtype="float32",
+                                  sampling=SamplingConfig(max_new_tokens=8)),
+        learner=LearnerConfig(lr=1e-2, micro_batch_size=4, checkpoint_dir=str(tmp_path / "ckpt")),
+        training=TrainingConfig(**{"batch_size": 8, "group_size": 4, **training}))
+
+
+async def second_bus(nats_server, kind: str) -> Bus:
+    return await Bus.connect(bus_settings(nats_server.url), Identity(kind, f"{kind}-1"))
+
+
+async def test_learner_publishes_a_version_the_generator_then_samples_with(bus, nats_server, tmp_path):
+    """8 judged attempts make version 1; the generator loads it and its next attempts carry
+    version 1 with logprobs of the published weights, not the initial ones."""
+    cfg = tiny_run_config(tmp_path)
+    gen_bus, learn_bus = await second_bus(nats_server, "generator"), await second_bus(nats_server, "learner")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            await tg.start(generator.run, gen_bus, cfg)
+            for g in ("g1", "g2"):
+                await bus.publish(subjects.TASKS, assignment(g, 4), msg_id=g)
+            for a in await attempts_on_bus(bus, 8):
+                await bus.publish(subjects.verdict_subject("train"),
+                                  verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
+            with anyio.fail_after(120):
+                while gen_bus.stats.policy_version < 1:
+                    await anyio.sleep(0.1)
+            await bus.publish(subjects.TASKS, assignment("g3", 2, version=1), msg_id="g3")
+            got = [a for a in await attempts_on_bus(bus, 10) if a.group_id == "g3"]
+            record = await current_version(bus)
+            blob = await fetch_weights(bus, record)
+            gen_bus.stopping.set()
+            learn_bus.stopping.set()
+    finally:
+        await gen_bus.close()
+        await learn_bus.close()
+    assert record.version == 1 and record.samples == 8 and record.dtype == "bfloat16"
+    assert [a.policy_version for a in got] == [1, 1]
+    from policy.model import load_model
+    from policy.weights import decode_state, install_state
+
+    trained, initial = load_model(cfg.model), load_model(cfg.model)
+    install_state(trained, decode_state(blob))
+    turn = got[0].turns[0]
+    prompt, ids = unpack_ids(turn.prompt_ids).tolist(), unpack_ids(turn.completion_ids).tolist()
+    reported = torch.tensor(unpack_f32(turn.logprobs).tolist())
+
+    def recomputed(model):
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([prompt + ids])).logits[0].float(), -1)
+        return torch.tensor([logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)])
+
+    assert torch.allclose(reported, recomputed(trained), atol=2e-3)
+    assert not torch.allclose(reported, recomputed(initial), atol=2e-3)
