@@ -28,7 +28,7 @@ from bus import subjects
 from bus.consumer import Delivery, consume
 from bus.messages import Verdict, WeightVersion
 from bus.nats_bus import Bus
-from policy.batch import Assembled, assemble
+from policy.batch import Assembled, assemble, trajectory_problem
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
@@ -100,6 +100,9 @@ class Learner:
             self.duplicates += 1
             log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
             return
+        problem = trajectory_problem(verdict.attempt, self.ranks.vocab_size)
+        if problem:  # retried, then dead-lettered by the consumer with this reason
+            raise ValueError(f"verdict {verdict.verdict_id}: {problem}")
         delivery.defer()
         await self.inbox.send((verdict, delivery))
 
@@ -107,6 +110,12 @@ class Learner:
         """Gather verdicts into groups and train on each batch, until stopping."""
         idle_since = time.monotonic()
         while not self.bus.stopping.is_set():
+            groups = self.buffer.take_batch(time.time())
+            if groups:
+                self.idle_s += time.monotonic() - idle_since
+                await self.train_on(groups)
+                idle_since = time.monotonic()
+                continue
             deadline = self.buffer.next_deadline()
             wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.time()))
             with anyio.move_on_after(wait):
@@ -116,11 +125,6 @@ class Learner:
                         self._hold(*self.outbox.receive_nowait())
                     except anyio.WouldBlock:
                         break
-            groups = self.buffer.take_batch(time.time())
-            if groups:
-                self.idle_s += time.monotonic() - idle_since
-                await self.train_on(groups)
-                idle_since = time.monotonic()
 
     def _hold(self, verdict: Verdict, delivery: Delivery) -> None:
         self.buffer.add(verdict, delivery, time.time())

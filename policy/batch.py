@@ -73,6 +73,28 @@ def trajectory(attempt: Attempt, max_len: int) -> tuple[np.ndarray, np.ndarray, 
             np.concatenate(sampled)[:max_len], np.concatenate(behav)[:max_len])
 
 
+def trajectory_problem(attempt: Attempt, vocab_size: int) -> str | None:
+    """Why `attempt` cannot be trained on (token ids outside the vocabulary, logprobs that do
+    not match the completion, nothing sampled), or None if it can."""
+    if not attempt.turns:
+        return f"attempt {attempt.attempt_id} has no turns"
+    for n, turn in enumerate(attempt.turns):
+        for field_name in ("prompt_ids", "completion_ids"):
+            raw = getattr(turn, field_name)
+            if len(raw) % 4:
+                return f"attempt {attempt.attempt_id} turn {n}: {field_name} is not int32 data"
+            ids = unpack_ids(raw)
+            if len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+                return (f"attempt {attempt.attempt_id} turn {n}: {field_name} has ids outside "
+                        f"0..{vocab_size - 1}")
+        if len(turn.logprobs) != len(turn.completion_ids):
+            return (f"attempt {attempt.attempt_id} turn {n}: {len(turn.completion_ids) // 4} "
+                    f"tokens but {len(turn.logprobs) // 4} logprobs")
+        if not np.isfinite(unpack_f32(turn.logprobs)).all():
+            return f"attempt {attempt.attempt_id} turn {n}: logprobs are not all finite"
+    return None
+
+
 def _usable(verdict: Verdict) -> bool:
     return (verdict.trainable and verdict.outcome != "dropped" and verdict.reward is not None
             and verdict.attempt.purpose == "train")

@@ -49,6 +49,7 @@ class RankGroup:
         self.world = config.learner.world_size
         self.children: list[subprocess.Popen] = []
         self.trainer: Trainer | None = None
+        self.vocab_size = 0
 
     async def start(self) -> dict:
         """Start the ranks and build every engine; returns the resumed client state ({} if fresh)."""
@@ -67,6 +68,7 @@ class RankGroup:
                     stdin=subprocess.DEVNULL))
         self.trainer = Trainer(self.config, self.dir)
         state = await anyio.to_thread.run_sync(self.trainer.setup)
+        self.vocab_size = self.trainer.vocab_size
         log.info("learner.ranks_started", world_size=self.world, device=self.config.learner.device)
         return state
 

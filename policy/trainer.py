@@ -75,6 +75,7 @@ class Trainer:
         model = load_model(self.config.model, "float32", self.device)
         model.train()
         self.pad_id = model.config.pad_token_id or 0
+        self.vocab_size = int(model.get_input_embeddings().num_embeddings)
         self.engine, *_ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=ds_config(self.lc, self.world))

@@ -87,3 +87,34 @@ async def test_learner_publishes_a_version_the_generator_then_samples_with(bus, 
 
     assert torch.allclose(reported, recomputed(trained), atol=2e-3)
     assert not torch.allclose(reported, recomputed(initial), atol=2e-3)
+
+
+async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus, nats_server, tmp_path):
+    """Sync mode: a batch without signal still yields the next version (same weights); a
+    batch sampled by an older version is rejected and counted; an on-policy batch trains."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, mode="sync", batch_size=4, group_size=2)
+    learn_bus = await second_bus(nats_server, "learner")
+
+    async def feed_and_wait(verdicts, version):
+        await bus.publish_many(subjects.verdict_subject("train"),
+                               [(v.verdict_id, v) for v in verdicts])
+        with anyio.fail_after(60):
+            while learn_bus.stats.gauges.get("step", 0) < version:
+                await anyio.sleep(0.05)
+        return await current_version(bus), dict(learn_bus.stats.gauges)
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            v1, g1 = await feed_and_wait(synthetic_verdicts(2, 0, (1.0, 1.0), "same"), 1)
+            v2, g2 = await feed_and_wait(synthetic_verdicts(2, 0, (1.0, 0.0), "old"), 2)
+            v3, g3 = await feed_and_wait(synthetic_verdicts(2, 2, (1.0, 0.0), "new"), 3)
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert (v1.object_name, g1["samples"], g1["no_signal"]) == ("", 0, 4)
+    assert (v2.object_name, g2["samples"], g2["stale_rejected"]) == ("", 0, 4)
+    assert (v3.object_name, g3["samples"], g3["stale_rejected"]) == ("policy-v00000003", 4, 0)
+    assert g3["pass_rate"] == 0.5 and g3["mean_reward"] == 0.5
