@@ -80,7 +80,7 @@ class Engine(abc.ABC):
         """The `n` samples of `request`, once sampled."""
 
     @abc.abstractmethod
-    async def load_weights(self, version: int, blob: bytes | None) -> None:
+    async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
         """Run `version` (safetensors bytes, or None for the version-0 weights) from the
         next batch on; returns once it runs."""
 
@@ -115,7 +115,7 @@ class BatchingEngine(Engine):
         """Sample one completion per context (blocking); returns `policy.sampling.RowResult`s."""
 
     @abc.abstractmethod
-    def apply_weights(self, blob: bytes | None) -> None:
+    def apply_weights(self, blob: bytes | bytearray | None) -> None:
         """Install weights (blocking); called with no batch running."""
 
     async def generate(self, request: SampleRequest) -> list[Sample]:
@@ -126,7 +126,7 @@ class BatchingEngine(Engine):
             raise pending.error
         return pending.samples
 
-    async def load_weights(self, version: int, blob: bytes | None) -> None:
+    async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
         async with self._lock:
             await anyio.to_thread.run_sync(self.apply_weights, blob)
             self.version = version

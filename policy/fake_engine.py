@@ -33,5 +33,5 @@ class FakeEngine(BatchingEngine):
     def run_rows(self, contexts: list[list[int]], settings: list[RowSettings]) -> list[Any]:
         return sample_rows(self._forward, contexts, settings, self.chat, 0, self.rng)
 
-    def apply_weights(self, blob: bytes | None) -> None:
+    def apply_weights(self, blob: bytes | bytearray | None) -> None:
         self.weight_bytes = len(blob or b"")

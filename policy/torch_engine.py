@@ -49,7 +49,7 @@ class TorchEngine(BatchingEngine):
             return sample_rows(self._forward, contexts, settings, self.chat, self.pad_id,
                                self.rng, self.device)
 
-    def apply_weights(self, blob: bytes | None) -> None:
+    def apply_weights(self, blob: bytes | bytearray | None) -> None:
         if blob is None:
             fresh = model_source.load_model(self.model_cfg, self.dtype, self.device)
             state = fresh.state_dict()

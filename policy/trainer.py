@@ -184,14 +184,14 @@ class Trainer:
                 if old.name != latest:
                     shutil.rmtree(old, ignore_errors=True)
 
-    def weights(self) -> bytes | None:
-        """The current weights as bf16 safetensors bytes on rank 0 (None elsewhere)."""
-        from policy.weights import encode_state
+    def weights(self) -> list[memoryview] | None:
+        """The current weights as bf16 safetensors parts on rank 0 (None elsewhere)."""
+        from policy.weights import encode_parts
 
         self._bind()
         if self.lc.zero_stage == 3:
             state = self.engine._zero3_consolidated_16bit_state_dict()
         else:
             state = self.engine.module.state_dict()
-        return encode_state(state) if self.rank == 0 else None
+        return encode_parts(state) if self.rank == 0 else None
 

@@ -9,13 +9,14 @@ are pruned by name. It does not know what the bytes hold (see `policy.weights`).
 from __future__ import annotations
 
 import time
+from typing import Sequence
 
 import structlog
 
 from bus import subjects
 from bus.messages import WeightVersion
 from bus.nats_bus import Bus
-from bus.objects import delete_object, get_object, list_objects, put_object
+from bus.objects import delete_object, list_objects, put_object, read_object
 
 log = structlog.get_logger("policy.versions")
 PREFIX = "policy-v"
@@ -36,9 +37,9 @@ async def announce(bus: Bus, version: WeightVersion) -> None:
     await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY, version)
 
 
-async def publish_weights(bus: Bus, version: int, blob: bytes, *, step: int,
-                          samples: int) -> WeightVersion:
-    """Store `blob` as `version` and announce it."""
+async def publish_weights(bus: Bus, version: int, blob: bytes | Sequence[memoryview], *,
+                          step: int, samples: int) -> WeightVersion:
+    """Store `blob` (bytes, or parts stored back to back) as `version` and announce it."""
     began = time.monotonic()
     stored = await put_object(bus, subjects.BUCKET_WEIGHTS, object_name(version), blob)
     record = WeightVersion(version=version, object_name=stored.name, size=stored.size,
@@ -50,14 +51,14 @@ async def publish_weights(bus: Bus, version: int, blob: bytes, *, step: int,
     return record
 
 
-async def fetch_weights(bus: Bus, version: WeightVersion) -> bytes | None:
+async def fetch_weights(bus: Bus, version: WeightVersion) -> bytearray | None:
     """The weight bytes of `version`; None for the version-0 weights (object name '').
 
     Raises nats' ObjectNotFoundError once the version is pruned, ObjectCorrupt on a bad checksum.
     """
     if not version.object_name:
         return None
-    return await get_object(bus, subjects.BUCKET_WEIGHTS, version.object_name)
+    return await read_object(bus, subjects.BUCKET_WEIGHTS, version.object_name)
 
 
 async def prune_versions(bus: Bus, keep: set[str]) -> list[str]:

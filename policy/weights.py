@@ -1,36 +1,72 @@
-"""Weights as bytes: a model's state dict to bf16 safetensors and back.
+"""Weights as bytes: a model's state dict to bf16 safetensors and back, without extra copies.
 
-Consumes a state dict (learner side) or bytes (generator side); produces safetensors bytes
-or tensors installed into a model. Tied weights (SmolLM2's lm_head shares the embedding)
-are stored once: safetensors refuses aliased tensors, and the receiving model re-ties them.
-It does no I/O; `policy.versions` moves the bytes.
+Consumes a state dict (learner side) or a buffer (generator side); produces the parts of a
+safetensors file (a header, then each tensor's own memory, so nothing is concatenated
+before it goes on the wire) or tensors viewing a received buffer (no copy until they are
+installed in the model). The layout is standard safetensors: `safetensors.torch.load` and
+vLLM read it. Tied weights (SmolLM2's lm_head shares the embedding) are stored once, and the
+receiving model re-ties them. It does no I/O; `policy.versions` moves the bytes.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
-from safetensors.torch import load as load_bytes
-from safetensors.torch import save as save_bytes
+
+_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+_NAMES = {v: k for k, v in _DTYPES.items()}
 
 
-def encode_state(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16) -> bytes:
-    """Safetensors bytes of `state` in `dtype`, each shared storage stored once."""
-    seen: dict[tuple[int, int, tuple[int, ...]], str] = {}
-    out: dict[str, torch.Tensor] = {}
+def encode_parts(state: dict[str, torch.Tensor],
+                 dtype: torch.dtype = torch.bfloat16) -> list[memoryview]:
+    """A safetensors file of `state` in `dtype` as [header, tensor bytes...]; each shared
+    storage is stored once. The parts view the tensors: keep `state` alive while sending."""
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, tensor in state.items():
         key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
         if tensor.numel() and key in seen:
             continue
-        seen[key] = name
-        out[name] = tensor.detach().to("cpu", dtype).contiguous()
-    return save_bytes(out)
+        seen.add(key)
+        tensors[name] = tensor.detach().to("cpu", dtype).contiguous()
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, tensor in tensors.items():
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {"dtype": _NAMES[dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    parts = [memoryview(len(text).to_bytes(8, "little") + text)]
+    parts += [memoryview(t.view(-1).view(torch.uint8).numpy()) for t in tensors.values()]
+    return parts
 
 
-def decode_state(blob: bytes) -> dict[str, torch.Tensor]:
-    """The tensors in safetensors bytes."""
-    return load_bytes(blob)
+def encode_state(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16) -> bytes:
+    """The same file as one bytes object."""
+    return b"".join(encode_parts(state, dtype))
+
+
+def decode_state(buffer: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:
+    """Tensors viewing a safetensors `buffer` (a bytearray is not copied)."""
+    if not isinstance(buffer, bytearray):
+        buffer = bytearray(buffer)
+    size = int.from_bytes(buffer[:8], "little")
+    header = json.loads(bytes(buffer[8:8 + size]))
+    header.pop("__metadata__", None)
+    base = 8 + size
+    out = {}
+    for name, meta in header.items():
+        dtype = _DTYPES[meta["dtype"]]
+        begin, end = meta["data_offsets"]
+        count = (end - begin) // torch.empty((), dtype=dtype).element_size()
+        flat = torch.frombuffer(buffer, dtype=dtype, count=count, offset=base + begin) if count \
+            else torch.empty(0, dtype=dtype)
+        out[name] = flat.view(meta["shape"])
+    return out
 
 
 def tied_names(model: Any) -> set[str]:
