@@ -137,7 +137,9 @@ class Trainer:
     def _logprobs(self, model: Any, batch: dict[str, Any]) -> Any:
         from policy.objective import token_logprobs
 
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        # Rows are right-padded and attention is causal, so no real token ever sees a pad:
+        # no mask needed, which keeps attention on its fast causal path.
+        logits = model(input_ids=batch["input_ids"]).logits
         return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
 
     def _proximal(self, mini: list[TrainSample]) -> list[Any]:

@@ -1,0 +1,117 @@
+"""The vLLM engine (GPU, `gpu` extra): continuous batching, logprobs, in-place weight reload.
+
+Consumes sample requests and weight versions like every engine; produces samples whose
+logprobs are vLLM's *processed* logprobs (after temperature and top-p, the distribution it
+sampled from, as the torch engine reports). Requests go to vLLM's `AsyncLLM` as they come:
+vLLM batches them continuously, so this module does no batching of its own.
+
+A new version is installed without restarting anything: new requests wait at a gate,
+vLLM drains the ones in flight (`pause_generation(mode="wait")`, so no request mixes two
+versions), each worker loads the safetensors file through `policy.vllm_worker.WeightLoader`
+(`collective_rpc`), the prefix cache is dropped, and generation resumes.
+
+vLLM is imported only here, so nothing else needs it installed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from policy import model as model_source
+from policy.chat import hf_chat_format
+from policy.engine import Engine, Sample, SampleRequest
+
+log = structlog.get_logger("policy.vllm_engine")
+
+
+def engine_args(generator_cfg: Any, model_cfg: Any, seed: int) -> dict[str, Any]:
+    """Keyword arguments of vLLM's AsyncEngineArgs for this config."""
+    folder = str(model_source.model_dir(model_cfg))
+    v = generator_cfg.vllm
+    return dict(model=folder, tokenizer=folder, dtype=generator_cfg.dtype, seed=seed,
+                max_model_len=model_cfg.max_context, max_num_seqs=v.max_num_seqs,
+                gpu_memory_utilization=v.gpu_memory_utilization, enforce_eager=v.enforce_eager,
+                enable_prefix_caching=True, logprobs_mode="processed_logprobs",
+                worker_extension_cls="policy.vllm_worker.WeightLoader")
+
+
+class VllmEngine(Engine):
+    def __init__(self, generator_cfg: Any, model_cfg: Any, seed: int) -> None:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.chat = hf_chat_format(model_source.load_tokenizer(model_cfg))
+        self.model_cfg = model_cfg
+        self.llm = AsyncLLM.from_engine_args(
+            AsyncEngineArgs(**engine_args(generator_cfg, model_cfg, seed)))
+        self._ids = itertools.count()
+        self._open = anyio.Event()
+        self._open.set()
+        self._tokens = 0
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self.llm.shutdown()
+
+    async def generate(self, request: SampleRequest) -> list[Sample]:
+        from vllm import SamplingParams, TokensPrompt
+
+        await self._open.wait()
+        version = self.version
+        s = request.settings
+        params = SamplingParams(n=request.n, temperature=s.temperature, top_p=s.top_p,
+                                max_tokens=s.max_new_tokens, stop=list(s.stop) or None,
+                                logprobs=0)
+        final = None
+        async for out in self.llm.generate(TokensPrompt(prompt_token_ids=request.context),
+                                           params, request_id=f"whet-{next(self._ids)}"):
+            final = out
+        assert final is not None
+        samples = []
+        for c in final.outputs:
+            ids = list(c.token_ids)
+            logps = [float(step[tok].logprob) for step, tok in zip(c.logprobs or [], ids)]
+            samples.append(Sample(ids, logps, c.text, c.finish_reason or "", version))
+            self._tokens += len(ids)
+        return samples
+
+    async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
+        self._open = anyio.Event()
+        try:
+            await self.llm.pause_generation(mode="wait", clear_cache=True)
+            try:
+                if blob is None:
+                    path = model_source.model_dir(self.model_cfg) / "model.safetensors"
+                    await self.llm.collective_rpc("whet_load_weights", args=(str(path),))
+                else:
+                    await self._load_bytes(blob)
+            finally:
+                await self.llm.resume_generation()
+            self.version = version
+        finally:
+            self._open.set()
+
+    async def _load_bytes(self, blob: bytes | bytearray) -> None:
+        folder = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+        fd, name = tempfile.mkstemp(prefix="whet-weights-", suffix=".safetensors", dir=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(blob)
+            await self.llm.collective_rpc("whet_load_weights", args=(name,))
+        finally:
+            os.unlink(name)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        return {"tokens": float(self._tokens)}
