@@ -187,3 +187,18 @@ async def test_tiny_model_logprobs_match_a_teacher_forced_pass(bus):
         logp = torch.log_softmax(logits / 0.7, -1)
         expected = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
         assert unpack_f32(turn.logprobs).tolist() == pytest.approx(expected, abs=2e-3)
+
+
+async def test_eval_work_is_sampled_greedily(bus):
+    """Eval work uses eval sampling (greedy): the fake engine's argmax is id 0, the end of
+    the turn, so every eval attempt stops at once with the untempered log(1/16)."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await bus.publish(subjects.TASKS, assignment("e1", 3, purpose="eval"), msg_id="e1")
+        got = await attempts_on_bus(bus, 3)
+        bus.stopping.set()
+    for a in got:
+        assert a.purpose == "eval"
+        assert unpack_ids(a.turns[0].completion_ids).tolist() == [0]
+        assert a.turns[0].finish_reason == "stop"
+        assert unpack_f32(a.turns[0].logprobs) == pytest.approx(-math.log(16), abs=1e-5)

@@ -118,3 +118,30 @@ async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus
     assert (v2.object_name, g2["samples"], g2["stale_rejected"]) == ("", 0, 4)
     assert (v3.object_name, g3["samples"], g3["stale_rejected"]) == ("policy-v00000003", 4, 0)
     assert g3["pass_rate"] == 0.5 and g3["mean_reward"] == 0.5
+
+
+async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, nats_server, tmp_path):
+    """world_size 2, ZeRO-2: a second rank process joins, one batch makes version 1, and the
+    checkpoint holds optimizer shards of both ranks."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, batch_size=4, group_size=2)
+    cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
+        cfg.learner, world_size=2, zero_stage=2, micro_batch_size=1))
+    learn_bus = await second_bus(nats_server, "learner")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            await bus.publish_many(subjects.verdict_subject("train"),
+                                   [(v.verdict_id, v) for v in synthetic_verdicts(2)])
+            with anyio.fail_after(120):
+                while learn_bus.stats.gauges.get("step", 0) < 1:
+                    await anyio.sleep(0.1)
+            gauges = dict(learn_bus.stats.gauges)
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert gauges["samples"] == 4 and gauges["tokens"] == 48
+    assert (await current_version(bus)).object_name == "policy-v00000001"
+    shards = sorted(p.name for p in (tmp_path / "ckpt").glob("step*/*optim_states.pt"))
+    assert [s[:19] for s in shards] == ["bf16_zero_pp_rank_0", "bf16_zero_pp_rank_1"], shards
