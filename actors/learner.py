@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections import deque
 from functools import partial
 from pathlib import Path
 
@@ -26,13 +25,14 @@ import structlog
 
 from bus import subjects
 from bus.consumer import Delivery, consume
-from bus.messages import Verdict, WeightVersion
+from bus.messages import Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
-from policy.versions import announce, current_version, prune_versions, publish_weights
+from policy.publisher import Publisher
+from policy.versions import current_version, object_name
 
 log = structlog.get_logger("actors.learner")
 
@@ -56,8 +56,9 @@ class Learner:
         self.step = int(resumed.get("step", 0))
         self.samples = int(resumed.get("samples", 0))
         self.ledger = Ledger.from_state(resumed)
-        self.current: WeightVersion | None = None
-        self.recent_objects: deque[str] = deque(maxlen=self.lc.keep_versions)
+        self.publisher = Publisher(bus, self.lc.keep_versions)
+        self.object_name = str(resumed.get("object_name", ""))
+        "Object holding the weights of `version` ('' for the initial weights)."
         self.unpublished = 0
         self.unsaved: list[Delivery] = []
         self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
@@ -75,18 +76,16 @@ class Learner:
     async def resume(self) -> None:
         """Make the KV version match the weights held here, publishing them if it does not."""
         kv = await current_version(self.bus)
-        saved_object = self.resumed.get("object_name")
-        if kv is not None and kv.version == self.version and kv.object_name == (saved_object or ""):
-            self.current = kv
+        if kv is not None and kv.version == self.version and kv.object_name == self.object_name:
+            self.publisher.adopt(kv)
         elif kv is None and not self.resumed:
-            self.current = WeightVersion(version=0, object_name="", created_at=time.time())
-            await announce(self.bus, self.current)
+            await self.publisher.publish(0, None, step=0, samples=0)
         else:
             self.version = max(self.version, kv.version if kv else 0)
+            if kv is not None:
+                self.publisher.adopt(kv)
             self.unpublished = 1 if self.resumed else 0
-            await self._publish()
-        if self.current.object_name:
-            self.recent_objects.append(self.current.object_name)
+            await self._publish(now=True)
         self.bus.stats.policy_version = self.version
         log.info("learner.resumed" if self.resumed else "learner.started_fresh",
                  step=self.step, policy_version=self.version, samples=self.samples,
@@ -149,31 +148,25 @@ class Learner:
         self.busy_s += time.monotonic() - began
         self._report(batch, metrics, len(groups), trained_at, time.monotonic() - began)
 
-    async def _publish(self) -> None:
-        version = self.version + 1
-        if self.unpublished:
-            blob = await self.ranks.call("weights")
-            record = await publish_weights(self.bus, version, blob, step=self.step,
-                                           samples=self.samples)
-        else:  # nothing changed (sync mode): the same weights under the next version
-            base = self.current or WeightVersion(version=0, object_name="")
-            record = WeightVersion(version=version, object_name=base.object_name,
-                                   size=base.size, sha256=base.sha256, step=self.step,
-                                   samples=self.samples, created_at=time.time())
-            await announce(self.bus, record)
-        self.current, self.version, self.unpublished = record, version, 0
-        self.bus.stats.policy_version = version
-        if record.object_name:
-            self.recent_objects.append(record.object_name)
-        pruned = await prune_versions(self.bus, set(self.recent_objects))
-        if pruned:
-            log.info("learner.versions_pruned", objects=pruned)
+    async def _publish(self, now: bool = False) -> None:
+        """Next version: the trained weights (copied, so training may go on while they
+        upload), or, if nothing was trained since, the same weights renumbered."""
+        self.version += 1
+        parts = await self.ranks.call("weights", True) if self.unpublished else None
+        if parts is not None:
+            self.object_name = object_name(self.version)
+        if now:
+            await self.publisher.publish(self.version, parts, step=self.step, samples=self.samples)
+        else:
+            await self.publisher.submit(self.version, parts, step=self.step, samples=self.samples)
+        self.unpublished = 0
+        self.bus.stats.policy_version = self.version
 
     async def checkpoint(self) -> None:
         """Save model, optimizer and bookkeeping; then ack every verdict the save covers."""
         began = time.monotonic()
         state = {"version": self.version, "step": self.step, "samples": self.samples,
-                 "object_name": self.current.object_name if self.current else "",
+                 "object_name": self.object_name,
                  **self.ledger.to_state()}
         await self.ranks.call("save", f"step{self.step:08d}", state)
         acked, self.unsaved = self.unsaved, []
@@ -183,7 +176,8 @@ class Learner:
                  acked=len(acked), seconds=round(time.monotonic() - began, 3))
 
     async def finish(self) -> None:
-        """On stop: save what is trained but unsaved, give back groups not yet trained."""
+        """On stop: finish uploads, save what is trained but unsaved, give back the rest."""
+        await self.publisher.close()
         if self.unsaved:
             await self.checkpoint()
         for group in list(self.buffer.groups.values()):
@@ -220,6 +214,7 @@ async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> Non
         learner = Learner(bus, config, ranks, resumed)
         await learner.resume()
         async with anyio.create_task_group() as tg:
+            await tg.start(learner.publisher.run)
             tg.start_soon(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
                                   learner.on_verdict, max_in_flight=learner.held_limit,
                                   drain_s=config.supervisor.drain_s))

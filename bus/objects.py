@@ -77,19 +77,21 @@ async def put_object(bus: Bus, bucket: str, name: str,
     chunk_bytes = min(CHUNK_BYTES, bus.nc.max_payload - 4096)
     nuid = bus.nc._nuid.next().decode()  # the object layout names chunks by a fresh nuid
     chunk_subject = f"$O.{bucket}.C.{nuid}"
-    digest = hashlib.sha256()
     pending = []
+    digest: dict[str, bytes] = {}
     try:
-        for chunk in _chunks(parts, chunk_bytes):
-            digest.update(chunk)
-            pending.append(await bus.js.publish_async(chunk_subject, chunk))
-        with anyio.fail_after(bus.settings.publish_deadline_s):
-            for fut in pending:
-                await fut
+        async with anyio.create_task_group() as tg:
+            # hashlib releases the GIL: the checksum runs on another core while chunks go out.
+            tg.start_soon(_hash_parts, parts, digest)
+            for chunk in _chunks(parts, chunk_bytes):
+                pending.append(await bus.js.publish_async(chunk_subject, chunk))
+            with anyio.fail_after(bus.settings.publish_deadline_s):
+                for fut in pending:
+                    await fut
         info = api.ObjectInfo(
             name=name, bucket=bucket, nuid=nuid, size=size, chunks=len(pending),
             mtime=datetime.now(timezone.utc).isoformat(),
-            digest="SHA-256=" + base64.urlsafe_b64encode(digest.digest()).decode(),
+            digest="SHA-256=" + base64.urlsafe_b64encode(digest["sha256"]).decode(),
             options=api.ObjectMetaOptions(max_chunk_size=chunk_bytes),
         )
         old = await _info(bus, bucket, name)
@@ -101,7 +103,17 @@ async def put_object(bus: Bus, bucket: str, name: str,
         raise
     if old is not None and old.nuid != nuid:
         await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{old.nuid}")
-    return StoredObject(name, size, digest.hexdigest(), len(pending))
+    return StoredObject(name, size, digest["sha256"].hex(), len(pending))
+
+
+async def _hash_parts(parts: list[memoryview], out: dict[str, bytes]) -> None:
+    def run() -> bytes:
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
+        return digest.digest()
+
+    out["sha256"] = await anyio.to_thread.run_sync(run)
 
 
 async def _info(bus: Bus, bucket: str, name: str) -> api.ObjectInfo | None:

@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         op, op_args = broadcast_op("", ())
         if op == "stop":
+            trainer.close()
             return 0
         getattr(trainer, op)(*op_args)
 

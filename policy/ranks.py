@@ -84,10 +84,12 @@ class RankGroup:
             return await anyio.to_thread.run_sync(self._run, op, args)
 
     async def close(self) -> None:
-        """Stop the children (they leave their loop on 'stop')."""
-        if self.world > 1 and self.trainer is not None:
+        """Stop the children (they leave their loop on 'stop') and leave the process group."""
+        if self.trainer is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(broadcast_op, "stop", ())
+                if self.world > 1:
+                    await anyio.to_thread.run_sync(broadcast_op, "stop", ())
+                await anyio.to_thread.run_sync(self.trainer.close)
         for child in self.children:
             try:
                 await anyio.to_thread.run_sync(child.wait, 30)

@@ -186,8 +186,17 @@ class Trainer:
                 if old.name != latest:
                     shutil.rmtree(old, ignore_errors=True)
 
-    def weights(self) -> list[memoryview] | None:
-        """The current weights as bf16 safetensors parts on rank 0 (None elsewhere)."""
+    def close(self) -> None:
+        """Leave the process group (so a later learner in this process can form a new one)."""
+        import deepspeed.comm as dist
+
+        self.engine = self.reference = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def weights(self, copy: bool = False) -> list[memoryview] | None:
+        """The current weights as bf16 safetensors parts on rank 0 (None elsewhere); with
+        `copy`, parts that later steps do not change."""
         from policy.weights import encode_parts
 
         self._bind()
@@ -195,5 +204,5 @@ class Trainer:
             state = self.engine._zero3_consolidated_16bit_state_dict()
         else:
             state = self.engine.module.state_dict()
-        return encode_parts(state) if self.rank == 0 else None
+        return encode_parts(state, copy=copy) if self.rank == 0 else None
 

@@ -19,10 +19,10 @@ _DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
-def encode_parts(state: dict[str, torch.Tensor],
-                 dtype: torch.dtype = torch.bfloat16) -> list[memoryview]:
+def encode_parts(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
+                 copy: bool = False) -> list[memoryview]:
     """A safetensors file of `state` in `dtype` as [header, tensor bytes...]; each shared
-    storage is stored once. The parts view the tensors: keep `state` alive while sending."""
+    storage is stored once. Unless `copy`, parts may view the tensors themselves."""
     tensors: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, tensor in state.items():
@@ -30,7 +30,7 @@ def encode_parts(state: dict[str, torch.Tensor],
         if tensor.numel() and key in seen:
             continue
         seen.add(key)
-        tensors[name] = tensor.detach().to("cpu", dtype).contiguous()
+        tensors[name] = tensor.detach().to("cpu", dtype, copy=copy).contiguous()
     header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name, tensor in tensors.items():

@@ -101,7 +101,8 @@ async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus
         await bus.publish_many(subjects.verdict_subject("train"),
                                [(v.verdict_id, v) for v in verdicts])
         with anyio.fail_after(60):
-            while learn_bus.stats.gauges.get("step", 0) < version:
+            while (learn_bus.stats.gauges.get("step", 0) < version
+                   or (await current_version(bus)).version < version):
                 await anyio.sleep(0.05)
         return await current_version(bus), dict(learn_bus.stats.gauges)
 
