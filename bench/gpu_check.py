@@ -124,8 +124,7 @@ def stage_vllm(model: Path, smoke: bool) -> dict:
     began = time.monotonic()
     outs = llm.generate(prompts, params)
     bare = sum(len(o.outputs[0].token_ids) for o in outs) / (time.monotonic() - began)
-    llm.llm_engine.engine_core.shutdown()
-    del llm
+    _shutdown(llm)
     from policy.config import GeneratorConfig, ModelConfig, VllmSettings
     from policy.engine import open_engine
 
@@ -138,6 +137,19 @@ def stage_vllm(model: Path, smoke: bool) -> dict:
           flush=True)
     return {"tokens_per_s": ours, "bare_tokens_per_s": bare, "ratio": ours / bare,
             "reload_s": reload_s}
+
+
+def _shutdown(llm) -> None:
+    """Free the bare vLLM engine's GPU memory before the next one starts."""
+    import gc
+
+    for close in ("shutdown",):
+        try:
+            getattr(llm.llm_engine, close)()
+        except Exception as exc:  # noqa: BLE001 - best effort; the next stage reports OOM
+            print(f"vLLM: bare engine {close} failed: {exc!r}", flush=True)
+    del llm
+    gc.collect()
 
 
 async def _reload(engine, model: Path) -> float:

@@ -5,10 +5,11 @@ logprobs are vLLM's *processed* logprobs (after temperature and top-p, the distr
 sampled from, as the torch engine reports). Requests go to vLLM's `AsyncLLM` as they come:
 vLLM batches them continuously, so this module does no batching of its own.
 
-A new version is installed without restarting anything: new requests wait at a gate,
-vLLM drains the ones in flight (`pause_generation(mode="wait")`, so no request mixes two
-versions), each worker loads the safetensors file through `policy.vllm_worker.WeightLoader`
-(`collective_rpc`), the prefix cache is dropped, and generation resumes.
+A new version is installed without restarting anything: new requests wait at a gate, the
+ones already admitted finish (so no request mixes two versions and each is stamped with
+the version it ran on), vLLM pauses (`pause_generation`, dropping the prefix cache), each
+worker loads the safetensors file through `policy.vllm_worker.WeightLoader`
+(`collective_rpc`), and generation resumes.
 
 vLLM is imported only here, so nothing else needs it installed.
 """
@@ -55,6 +56,9 @@ class VllmEngine(Engine):
         self._ids = itertools.count()
         self._open = anyio.Event()
         self._open.set()
+        self._in_flight = 0
+        self._drained = anyio.Event()
+        self._drained.set()
         self._tokens = 0
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -66,29 +70,45 @@ class VllmEngine(Engine):
 
     async def generate(self, request: SampleRequest) -> list[Sample]:
         from vllm import SamplingParams, TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
-        await self._open.wait()
-        version = self.version
         s = request.settings
         params = SamplingParams(n=request.n, temperature=s.temperature, top_p=s.top_p,
                                 max_tokens=s.max_new_tokens, stop=list(s.stop) or None,
-                                logprobs=0)
-        final = None
-        async for out in self.llm.generate(TokensPrompt(prompt_token_ids=request.context),
-                                           params, request_id=f"whet-{next(self._ids)}"):
-            final = out
+                                logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
+        await self._open.wait()
+        version = self.version
+        self._enter()
+        try:
+            final = None
+            async for out in self.llm.generate(TokensPrompt(prompt_token_ids=request.context),
+                                               params, request_id=f"whet-{next(self._ids)}"):
+                final = out
+        finally:
+            self._leave()
         assert final is not None
-        samples = []
-        for c in final.outputs:
-            ids = list(c.token_ids)
-            logps = [float(step[tok].logprob) for step, tok in zip(c.logprobs or [], ids)]
-            samples.append(Sample(ids, logps, c.text, c.finish_reason or "", version))
-            self._tokens += len(ids)
-        return samples
+        return [self._sample(c, version) for c in final.outputs]
+
+    def _sample(self, completion: Any, version: int) -> Sample:
+        ids = list(completion.token_ids)
+        logps = [float(step[tok].logprob) for step, tok in zip(completion.logprobs or [], ids)]
+        self._tokens += len(ids)
+        return Sample(ids, logps, completion.text, completion.finish_reason or "", version)
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+        if self._drained.is_set():
+            self._drained = anyio.Event()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._drained.set()
 
     async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
         self._open = anyio.Event()
         try:
+            await self._drained.wait()
             await self.llm.pause_generation(mode="wait", clear_cache=True)
             try:
                 if blob is None:
