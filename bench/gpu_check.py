@@ -143,11 +143,10 @@ def _shutdown(llm) -> None:
     """Free the bare vLLM engine's GPU memory before the next one starts."""
     import gc
 
-    for close in ("shutdown",):
-        try:
-            getattr(llm.llm_engine, close)()
-        except Exception as exc:  # noqa: BLE001 - best effort; the next stage reports OOM
-            print(f"vLLM: bare engine {close} failed: {exc!r}", flush=True)
+    try:
+        llm.llm_engine.shutdown()
+    except Exception as exc:  # noqa: BLE001 - best effort; the next stage would report OOM
+        print(f"vLLM: bare engine shutdown failed: {exc!r}", flush=True)
     del llm
     gc.collect()
 
