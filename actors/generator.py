@@ -66,6 +66,8 @@ class Generator:
         return RowSettings.of(sampling, room_left(context_len, self.max_context))
 
     async def on_assignment(self, work: TaskAssignment, delivery: Delivery) -> None:
+        if work.group_size < 1:  # retried, then dead-lettered with this reason
+            raise ValueError(f"assignment {work.assignment_id}: group_size {work.group_size} < 1")
         began = time.monotonic()
         await self.follower.wait_for(work.admitted_version, self.gen.weights_wait_s)
         prompt = self.engine.chat.prompt_ids(work.task.prompt)
