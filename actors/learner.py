@@ -80,10 +80,8 @@ class Learner:
             self.publisher.adopt(kv)
         elif kv is None and not self.resumed:
             await self.publisher.publish(0, None, step=0, samples=0)
-        else:
+        else:  # KV names other weights: publish ours (checkpoint, or initial) as a newer version
             self.version = max(self.version, kv.version if kv else 0)
-            if kv is not None:
-                self.publisher.adopt(kv)
             self.unpublished = 1 if self.resumed else 0
             await self._publish(now=True)
         self.bus.stats.policy_version = self.version

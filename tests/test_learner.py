@@ -146,3 +146,21 @@ async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, na
     assert (await current_version(bus)).object_name == "policy-v00000001"
     shards = sorted(p.name for p in (tmp_path / "ckpt").glob("step*/*optim_states.pt"))
     assert [s[:19] for s in shards] == ["bf16_zero_pp_rank_0", "bf16_zero_pp_rank_1"], shards
+
+
+async def test_fresh_learner_joining_a_trained_run_announces_its_own_initial_weights(bus, nats_server, tmp_path):
+    """KV already names trained weights (version 5) but this learner has no checkpoint: it
+    announces version 6 as the initial weights (object ''), never renumbering weights it
+    does not hold."""
+    from policy.versions import publish_weights
+
+    await publish_weights(bus, 5, b"someone else's weights", step=5, samples=40)
+    learn_bus = await second_bus(nats_server, "learner")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, tiny_run_config(tmp_path))
+            record = await current_version(bus)
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert (record.version, record.object_name) == (6, "")
