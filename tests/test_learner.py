@@ -164,3 +164,36 @@ async def test_fresh_learner_joining_a_trained_run_announces_its_own_initial_wei
     finally:
         await learn_bus.close()
     assert (record.version, record.object_name) == (6, "")
+
+
+async def test_trainer_minibatches_and_kl_to_the_reference(tmp_path):
+    """Two minibatches make two optimizer steps per batch (clipped against the proximal
+    policy); the KL to the initial policy starts near 0 and grows as the policy moves."""
+    import numpy as np
+
+    from policy.batch import TrainSample
+    from policy.ranks import RankGroup
+
+    cfg = tiny_run_config(tmp_path)
+    cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
+        cfg.learner, minibatches=2, kl_coef=0.1, correction="decoupled", lr=0.05,
+        precision="fp32"))
+    rng = np.random.default_rng(0)
+    samples = [TrainSample(f"v{i}", "g", 0, float(i % 2) * 2 - 1,
+                           rng.integers(3, 49152, 24).astype(np.int64),
+                           np.r_[np.zeros(8, bool), np.ones(16, bool)],
+                           np.r_[np.zeros(8, np.float32), np.full(16, -10.8, np.float32)])
+               for i in range(4)]
+    ranks = RankGroup(cfg, tmp_path / "ckpt")
+    await ranks.start()
+    try:
+        first = await ranks.call("train", samples)
+        for _ in range(3):
+            last = await ranks.call("train", samples)
+    finally:
+        await ranks.close()
+    assert first["optimizer_steps"] == 2 and last["optimizer_steps"] == 8
+    assert 0 <= first["kl"] < last["kl"] / 4
+    assert first["tokens"] == 4 * 16 and first["clip_frac"] > 0
+    # Behaviour logprobs are uniform's (-10.8); as the policy moves away, decoupled masks more.
+    assert 0 < last["kept_frac"] < first["kept_frac"] <= 1
