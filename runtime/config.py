@@ -25,6 +25,7 @@ from bus.errors import ConfigError
 from monitoring.config import MonitorConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
+from policy.config import GeneratorConfig, LearnerConfig, ModelConfig
 from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -114,6 +115,9 @@ class RunConfig(Section):
     auth: AuthConfig = AuthConfig()
     monitor: MonitorConfig = MonitorConfig()
     autoscale: AutoscaleConfig = AutoscaleConfig()
+    model: ModelConfig = ModelConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    learner: LearnerConfig = LearnerConfig()
 
 
 def load(path: str | Path) -> RunConfig:
