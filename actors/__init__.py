@@ -11,10 +11,7 @@ its in-flight work is finished or given back. Users add kinds of their own in co
 """
 
 KINDS: dict[str, str] = {
-<<<<<<< HEAD
     "monitor": "actors.monitor:run",
-=======
     "generator": "actors.generator:run",
     "learner": "actors.learner:run",
->>>>>>> issue-6-learner
 }
