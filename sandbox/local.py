@@ -1,0 +1,218 @@
+"""The local backend: each job in bubblewrap namespaces, inside its slot's cgroup.
+
+Consumes `Job`s (up to `slots` at once); produces `ExecutionResult`s. Per job it writes the
+files into the slot's folder (read-only to the job), sets the slot cgroup's limits, starts the
+launcher of `sandbox.launch`, reads stdout, stderr and the fd-3 report channel with a cap and
+a deadline, then kills whatever is left through the cgroup (a `setsid` orphan included: the
+pid namespace dies with its first process, and `cgroup.kill` finishes the rest) and reads CPU
+seconds, peak memory and OOM kills from the cgroup.
+
+Python jobs take the warm path (`sandbox.zygote`) when `warm_python` is set and the job is
+`python3 ...`. It does NOT contain anything without cgroups and bubblewrap: `open` fails with
+a clear error instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import structlog
+
+from bus.messages import ExecutionResult, Job
+from sandbox import cgroups, envs
+from sandbox.config import SandboxConfig
+from sandbox.launch import BWRAP, Slot, bwrap_args, job_env, launcher_argv
+from sandbox.outcome import (Observed, bad_job, nothing_to_run, result_of, safe_relative,
+                             sandbox_failure, split_shell_code)
+from sandbox.pipes import CappedReader, close_quietly, read_all
+
+log = structlog.get_logger("sandbox.local")
+DRAIN_S = 2.0
+"How long output may keep flowing after the job was killed (writers are dead by then)."
+
+
+def _high_fd(fd: int) -> int:
+    """Move `fd` to 10 or above, so the launcher's `exec 3>&N` can never clobber it."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return moved
+
+
+def _pipe() -> tuple[int, int]:
+    r, w = os.pipe2(os.O_CLOEXEC)
+    return _high_fd(r), _high_fd(w)
+
+
+def write_job_files(folder: Path, job: Job) -> str | None:
+    """Write `job.files` under a fresh `folder`; an error message if a name escapes it."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o755, parents=True)
+    for name, data in job.files.items():
+        if not safe_relative(name):
+            return f"job file name {name!r} must be a relative path inside the job folder"
+        path = folder / name
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        path.write_bytes(data)
+        path.chmod(0o644)
+    return None
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, config: SandboxConfig, slots: int) -> None:
+        self.config = config
+        self.layout = cgroups.detect()
+        self.group = f"whet-{os.getpid()}"
+        self.root = Path(tempfile.mkdtemp(prefix=f"{self.group}-", dir=config.workdir_root or None))
+        self.root.chmod(0o755)
+        cgroups.SlotCgroup.prepare_root(self.layout, self.group)
+        self.cgroups = [cgroups.SlotCgroup(self.layout, self.group, i) for i in range(slots)]
+        self.free = list(range(slots))
+        self.slot_ready = anyio.Condition()
+        self.warm = None
+        log.info("sandbox.opened", backend=self.name, cgroups=self.layout.describe(),
+                 slots=slots, uid_base=config.uid_base, root=str(self.root))
+
+    @classmethod
+    async def open(cls, config: SandboxConfig, slots: int) -> LocalBackend:
+        for tool in (BWRAP, "/usr/bin/setpriv", "/bin/bash"):
+            if not os.access(tool, os.X_OK):
+                raise RuntimeError(f"local sandbox needs {tool} (apt-get install bubblewrap util-linux bash)")
+        if os.geteuid() != 0:
+            raise RuntimeError("local sandbox needs root (cgroups and per-slot uids)")
+        backend = cls(config, slots)
+        if config.warm_python:
+            from sandbox.zygote import WarmPython
+
+            backend.warm = WarmPython(backend)
+        return backend
+
+    async def run(self, job: Job) -> ExecutionResult:
+        if not job.command:
+            return nothing_to_run(self.name)
+        try:
+            env = envs.spec(job.runtime)
+        except ValueError as exc:
+            return bad_job(self.name, str(exc))
+        if not envs.is_built(env, self.config.envs_dir):
+            return sandbox_failure(self.name, f"runtime {env.key} is not built at "
+                                   f"{envs.rootfs(env, self.config.envs_dir)}; run "
+                                   "`python -m sandbox.envbuild`")
+        index = await self._take_slot()
+        try:
+            folder = self.root / f"slot{index}"
+            problem = write_job_files(folder, job)
+            if problem:
+                return bad_job(self.name, problem)
+            if self.warm is not None and self.warm.accepts(job):
+                return await self.warm.run(job, index, folder)
+            return await self._run_cold(job, env, index, folder)
+        finally:
+            await self._give_slot(index)
+
+    def slot(self, index: int) -> Slot:
+        return Slot(index, self.config.uid_base + index, tuple(self.cgroups[index].procs_files))
+
+    async def _take_slot(self) -> int:
+        async with self.slot_ready:
+            while not self.free:
+                await self.slot_ready.wait()
+            return self.free.pop()
+
+    async def _give_slot(self, index: int) -> None:
+        with anyio.CancelScope(shield=True):
+            cg = self.cgroups[index]
+            if not await anyio.to_thread.run_sync(cg.kill_all):
+                log.error("sandbox.slot_stuck", slot=index, pids=cg.pids())
+                return  # keep a slot that cannot be emptied out of rotation
+            async with self.slot_ready:
+                self.free.append(index)
+                self.slot_ready.notify()
+
+    async def _run_cold(self, job: Job, env: envs.EnvSpec, index: int, folder: Path) -> ExecutionResult:
+        cg = self.cgroups[index]
+        started = time.monotonic()
+        try:
+            cg.start_job(job.limits.memory_mb, job.limits.pids, job.limits.cpus)
+        except OSError as exc:
+            return sandbox_failure(self.name, f"cgroup set-up of slot {index}: {exc}")
+        (out_r, out_w), (err_r, err_w), (rep_r, rep_w), (st_r, st_w) = (_pipe() for _ in range(4))
+        stdin_path = self.root / f"slot{index}.stdin"
+        stdin_path.write_bytes(job.stdin)
+        bwrap = bwrap_args(str(envs.rootfs(env, self.config.envs_dir)), str(folder), job.limits,
+                           job_env(env), status_fd=st_w)
+        argv = launcher_argv(self.slot(index), job.limits, bwrap, job.command, rep_w)
+        try:
+            with open(stdin_path, "rb") as stdin:
+                proc = await anyio.open_process(argv, stdin=stdin, stdout=out_w, stderr=err_w,
+                                                pass_fds=(rep_w, st_w), start_new_session=True)
+        except OSError as exc:
+            close_quietly(out_r, out_w, err_r, err_w, rep_r, rep_w, st_r, st_w)
+            return sandbox_failure(self.name, f"launcher did not start: {exc}")
+        close_quietly(out_w, err_w, rep_w, st_w)
+        seen = Observed()
+        return await self._watch(job, proc, cg, seen, started,
+                                 (out_r, err_r, rep_r, st_r))
+
+    async def _watch(self, job: Job, proc, cg: cgroups.SlotCgroup, seen: Observed,
+                     started: float, fds: tuple[int, int, int, int]) -> ExecutionResult:
+        cap = job.limits.output_bytes
+
+        def flooded() -> None:
+            seen.output_limited = True
+            cg.kill_all(wait_s=0)
+
+        out, err, rep = (CappedReader(fd, cap, flooded) for fd in fds[:3])
+        status = CappedReader(fds[3], 4096)
+        try:
+            with anyio.move_on_after(job.limits.timeout_s) as deadline:
+                async with anyio.create_task_group() as tg:
+                    for reader in (out, err, rep, status):
+                        tg.start_soon(reader.run)
+                    await proc.wait()
+            if deadline.cancelled_caught:
+                seen.timed_out = True
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(cg.kill_all)
+                await proc.wait()
+                await read_all([out, err, rep, status], DRAIN_S)
+        finally:
+            close_quietly(*fds)
+        seen.wall_s = time.monotonic() - started
+        return self._conclude(job, proc.returncode, cg, seen, out, err, rep, status)
+
+    def _conclude(self, job: Job, code: int | None, cg: cgroups.SlotCgroup, seen: Observed,
+                  out: CappedReader, err: CappedReader, rep: CappedReader,
+                  status: CappedReader) -> ExecutionResult:
+        if b"child-pid" not in status.data and not seen.timed_out:
+            detail = err.text()[-2000:] or f"launcher exited {code}"
+            return sandbox_failure(self.name, f"sandbox did not start: {detail}", seen.wall_s)
+        seen.cpu_s, seen.peak_memory_mb, seen.oom = cg.usage()
+        if code is not None and code >= 0:
+            seen.exit_code, seen.signal = split_shell_code(code)
+        elif code is not None:
+            seen.signal = -code
+        seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
+        seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        result = result_of(seen, job, self.name)
+        log.info("sandbox.finished", backend=self.name, status=result.status,
+                 exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
+        return result
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.warm is not None:
+                await self.warm.aclose()
+            for cg in self.cgroups:
+                await anyio.to_thread.run_sync(cg.kill_all)
+                cg.remove()
+            cgroups.remove_group(self.layout, self.group)
+            shutil.rmtree(self.root, ignore_errors=True)
+
