@@ -8,7 +8,7 @@ kills) and reaping (`cgroup.kill`, or a kill loop where that file does not exist
 `detect()` says which layout it found: 'v2' (one unified hierarchy with memory, pids and cpu)
 or 'v1' (separate hierarchies; a v2 mount beside them, as on hybrid hosts, is used only for
 `cgroup.kill`). Slot cgroups live under the executor's own cgroup in a folder of its own and
-are reused job after job (v1 resets its counters; v2 recreates the leaf).
+are reused job after job (counters are read as differences; peaks are reset).
 
 It does NOT start processes; `sandbox.local` does.
 """
@@ -104,6 +104,9 @@ class SlotCgroup:
         self.dirs = {name: base / group / f"slot{slot}" for name, base in layout.dirs.items()}
         self._oom_before = 0
         self._cpu_before = 0
+        self._peak_fd: int | None = None
+        for d in self.dirs.values():
+            d.mkdir(exist_ok=True)
 
     @classmethod
     def prepare_root(cls, layout: Layout, group: str) -> None:
@@ -121,12 +124,7 @@ class SlotCgroup:
         return [str(d / "cgroup.procs") for d in self.dirs.values()]
 
     def start_job(self, memory_mb: int, pids: int, cpus: float) -> None:
-        """Make sure the slot is empty and fresh, then set this job's limits."""
-        self.kill_all()
-        if self.layout.mode == "v2":
-            self.remove()
-        for d in self.dirs.values():
-            d.mkdir(exist_ok=True)
+        """Set this job's limits and start its accounting (the slot may hold a waiting sandbox)."""
         limit = memory_mb * _MB
         period = 100_000
         quota = max(int(cpus * period), 1000)
@@ -136,8 +134,9 @@ class SlotCgroup:
             _write_optional(d / "memory.swap.max", 0)
             _write(d / "pids.max", pids)
             _write(d / "cpu.max", f"{quota} {period}")
-            self._cpu_before = 0
-            self._oom_before = 0
+            self._cpu_before = _usage_usec(d) * 1000
+            self._oom_before = _oom_kills(d / "memory.events")
+            self._reset_v2_peak(d)
             return
         mem = self.dirs["memory"]
         _write_optional(mem / "memory.memsw.limit_in_bytes", -1)  # lets the limit move either way
@@ -154,15 +153,34 @@ class SlotCgroup:
         """(CPU seconds, peak memory MB, whether the OOM killer struck) since `start_job`."""
         if self.layout.mode == "v2":
             d = self.dirs["unified"]
-            stat = dict(line.split() for line in (d / "cpu.stat").read_text().splitlines())
-            cpu = int(stat.get("usage_usec", 0)) / 1e6
-            peak_file = d / "memory.peak"
-            peak = int(peak_file.read_text()) if peak_file.exists() else 0
-            return cpu, peak / _MB, _oom_kills(d / "memory.events") > 0
+            cpu = (_usage_usec(d) * 1000 - self._cpu_before) / 1e9
+            oom = _oom_kills(d / "memory.events") > self._oom_before
+            return cpu, self._read_v2_peak(d) / _MB, oom
         cpu = (int((self.dirs["cpuacct"] / "cpuacct.usage").read_text()) - self._cpu_before) / 1e9
         peak = int((self.dirs["memory"] / "memory.max_usage_in_bytes").read_text())
         oom = _oom_kills(self.dirs["memory"] / "memory.oom_control") > self._oom_before
         return cpu, peak / _MB, oom
+
+    def _reset_v2_peak(self, d: Path) -> None:
+        # memory.peak resets per open file (Linux 6.12+): keep the fd from start to usage.
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
+        try:
+            fd = os.open(d / "memory.peak", os.O_RDWR)
+        except OSError:
+            return
+        try:
+            os.write(fd, b"reset")
+        except OSError:
+            pass  # older kernel: the peak counts since the slot was made
+        self._peak_fd = fd
+
+    def _read_v2_peak(self, d: Path) -> int:
+        if self._peak_fd is not None:
+            return int(os.pread(self._peak_fd, 64, 0) or b"0")
+        current = d / "memory.current"
+        return int(current.read_text()) if current.exists() else 0
 
     def pids(self) -> list[int]:
         """Processes in the slot now."""
@@ -194,11 +212,18 @@ class SlotCgroup:
 
     def remove(self) -> None:
         """Delete the slot's cgroups (they must be empty)."""
+        if self._peak_fd is not None:
+            os.close(self._peak_fd)
+            self._peak_fd = None
         for d in self.dirs.values():
-            try:
-                d.rmdir()
-            except FileNotFoundError:
-                pass
+            for _ in range(500):  # a cgroup stays busy for a moment after its last task died
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.002)
 
 
 def remove_group(layout: Layout, group: str) -> None:
@@ -208,6 +233,14 @@ def remove_group(layout: Layout, group: str) -> None:
             (base / group).rmdir()
         except (FileNotFoundError, OSError):
             pass
+
+
+def _usage_usec(d: Path) -> int:
+    for line in (d / "cpu.stat").read_text().splitlines():
+        key, _, value = line.partition(" ")
+        if key == "usage_usec":
+            return int(value)
+    return 0
 
 
 def _oom_kills(path: Path) -> int:

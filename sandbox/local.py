@@ -44,15 +44,20 @@ def _high_fd(fd: int) -> int:
     return moved
 
 
-def _pipe() -> tuple[int, int]:
+def pipe() -> tuple[int, int]:
     r, w = os.pipe2(os.O_CLOEXEC)
     return _high_fd(r), _high_fd(w)
 
 
 def write_job_files(folder: Path, job: Job) -> str | None:
-    """Write `job.files` under a fresh `folder`; an error message if a name escapes it."""
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(mode=0o755, parents=True)
+    """Empty `folder` (kept: a waiting warm sandbox has it bound) and write `job.files` there;
+    an error message if a name escapes it."""
+    folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+    for item in folder.iterdir():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item)
+        else:
+            item.unlink()
     for name, data in job.files.items():
         if not safe_relative(name):
             return f"job file name {name!r} must be a relative path inside the job folder"
@@ -73,6 +78,8 @@ class LocalBackend:
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.group}-", dir=config.workdir_root or None))
         self.root.chmod(0o755)
         cgroups.SlotCgroup.prepare_root(self.layout, self.group)
+        # With the warm path, two slots per concurrent job: one pre-forks while the other runs.
+        slots = slots * 2 if config.warm_python else slots
         self.cgroups = [cgroups.SlotCgroup(self.layout, self.group, i) for i in range(slots)]
         self.free = list(range(slots))
         self.slot_ready = anyio.Condition()
@@ -124,7 +131,7 @@ class LocalBackend:
         async with self.slot_ready:
             while not self.free:
                 await self.slot_ready.wait()
-            return self.free.pop()
+            return self.free.pop(0)  # oldest first: its warm sandbox had the longest to get ready
 
     async def _give_slot(self, index: int) -> None:
         with anyio.CancelScope(shield=True):
@@ -132,6 +139,11 @@ class LocalBackend:
             if not await anyio.to_thread.run_sync(cg.kill_all):
                 log.error("sandbox.slot_stuck", slot=index, pids=cg.pids())
                 return  # keep a slot that cannot be emptied out of rotation
+            if self.warm is not None:
+                try:
+                    await self.warm.prepare(index)
+                except (OSError, RuntimeError, TimeoutError) as exc:
+                    log.warning("sandbox.zygote_prepare_failed", slot=index, error=repr(exc))
             async with self.slot_ready:
                 self.free.append(index)
                 self.slot_ready.notify()
@@ -143,7 +155,7 @@ class LocalBackend:
             cg.start_job(job.limits.memory_mb, job.limits.pids, job.limits.cpus)
         except OSError as exc:
             return sandbox_failure(self.name, f"cgroup set-up of slot {index}: {exc}")
-        (out_r, out_w), (err_r, err_w), (rep_r, rep_w), (st_r, st_w) = (_pipe() for _ in range(4))
+        (out_r, out_w), (err_r, err_w), (rep_r, rep_w), (st_r, st_w) = (pipe() for _ in range(4))
         stdin_path = self.root / f"slot{index}.stdin"
         stdin_path.write_bytes(job.stdin)
         bwrap = bwrap_args(str(envs.rootfs(env, self.config.envs_dir)), str(folder), job.limits,
@@ -157,50 +169,51 @@ class LocalBackend:
             close_quietly(out_r, out_w, err_r, err_w, rep_r, rep_w, st_r, st_w)
             return sandbox_failure(self.name, f"launcher did not start: {exc}")
         close_quietly(out_w, err_w, rep_w, st_w)
-        seen = Observed()
-        return await self._watch(job, proc, cg, seen, started,
-                                 (out_r, err_r, rep_r, st_r))
+        seen, readers = await self.watch(job, cg, started, (out_r, err_r, rep_r, st_r), proc.wait)
+        if b"child-pid" not in readers[3].data and not seen.timed_out:
+            detail = readers[1].text()[-2000:] or f"launcher exited {proc.returncode}"
+            return sandbox_failure(self.name, f"sandbox did not start: {detail}", seen.wall_s)
+        code = proc.returncode
+        if code is not None and code >= 0:
+            seen.exit_code, seen.signal = split_shell_code(code)
+        elif code is not None:
+            seen.signal = -code
+        return self.finish(job, seen)
 
-    async def _watch(self, job: Job, proc, cg: cgroups.SlotCgroup, seen: Observed,
-                     started: float, fds: tuple[int, int, int, int]) -> ExecutionResult:
+    async def watch(self, job: Job, cg: cgroups.SlotCgroup, started: float,
+                    fds: tuple[int, int, int, int], ended=None) -> tuple[Observed, list[CappedReader]]:
+        """Read the job's channels until `ended()` returns (default: the status channel's EOF)
+        or the deadline; then reap the slot and read its accounting."""
+        seen = Observed()
         cap = job.limits.output_bytes
 
         def flooded() -> None:
             seen.output_limited = True
             cg.kill_all(wait_s=0)
 
-        out, err, rep = (CappedReader(fd, cap, flooded) for fd in fds[:3])
-        status = CappedReader(fds[3], 4096)
+        readers = [CappedReader(fd, cap, flooded) for fd in fds[:3]] + [CappedReader(fds[3], 4096)]
+        ended = ended or readers[3].eof.wait
         try:
             with anyio.move_on_after(job.limits.timeout_s) as deadline:
                 async with anyio.create_task_group() as tg:
-                    for reader in (out, err, rep, status):
+                    for reader in readers:
                         tg.start_soon(reader.run)
-                    await proc.wait()
-            if deadline.cancelled_caught:
-                seen.timed_out = True
+                    await ended()
+            seen.timed_out = deadline.cancelled_caught
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(cg.kill_all)
-                await proc.wait()
-                await read_all([out, err, rep, status], DRAIN_S)
+                await ended()
+                await read_all(readers, DRAIN_S)
         finally:
             close_quietly(*fds)
         seen.wall_s = time.monotonic() - started
-        return self._conclude(job, proc.returncode, cg, seen, out, err, rep, status)
-
-    def _conclude(self, job: Job, code: int | None, cg: cgroups.SlotCgroup, seen: Observed,
-                  out: CappedReader, err: CappedReader, rep: CappedReader,
-                  status: CappedReader) -> ExecutionResult:
-        if b"child-pid" not in status.data and not seen.timed_out:
-            detail = err.text()[-2000:] or f"launcher exited {code}"
-            return sandbox_failure(self.name, f"sandbox did not start: {detail}", seen.wall_s)
+        out, err, rep, _ = readers
         seen.cpu_s, seen.peak_memory_mb, seen.oom = cg.usage()
-        if code is not None and code >= 0:
-            seen.exit_code, seen.signal = split_shell_code(code)
-        elif code is not None:
-            seen.signal = -code
         seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
         seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        return seen, readers
+
+    def finish(self, job: Job, seen: Observed) -> ExecutionResult:
         result = result_of(seen, job, self.name)
         log.info("sandbox.finished", backend=self.name, status=result.status,
                  exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))

@@ -28,9 +28,16 @@ class CappedReader:
         self.data = bytearray()
         self.overflowed = False
         self._on_overflow = on_overflow
+        self.eof = anyio.Event()
 
     async def run(self) -> None:
         """Read until EOF (every writer gone), or until cancelled."""
+        try:
+            await self._read()
+        finally:
+            self.eof.set()
+
+    async def _read(self) -> None:
         while True:
             try:
                 chunk = os.read(self.fd, _CHUNK)
