@@ -37,6 +37,12 @@ class Layout:
     "'v2' or 'v1'."
     dirs: dict[str, Path]
     "controller ('memory', 'pids', 'cpu', 'cpuacct', 'unified') -> this process's cgroup dir."
+    roots: dict[str, Path]
+    "controller -> the hierarchy's mount point (where a container engine's cgroupfs paths start)."
+
+    def at_root(self) -> Layout:
+        """The same layout, with folders placed from each hierarchy's root."""
+        return Layout(self.mode, dict(self.roots), dict(self.roots))
 
     def describe(self) -> str:
         extra = " (+v2 for cgroup.kill)" if self.mode == "v1" and "unified" in self.dirs else ""
@@ -66,9 +72,9 @@ def detect() -> Layout:
     if unified is not None:
         available = set((unified / "cgroup.controllers").read_text().split())
         if set(_LIMIT_CONTROLLERS) <= available:
-            return Layout("v2", {"unified": unified})
+            return Layout("v2", {"unified": unified}, {"unified": mounts["unified"][0]})
     if all(name in dirs for name in ("memory", "pids", "cpu", "cpuacct")):
-        return Layout("v1", dirs)
+        return Layout("v1", dirs, {name: point for name, (point, _) in mounts.items()})
     raise CgroupUnavailable(
         f"no usable cgroups: v2 controllers {sorted(available) if unified else 'absent'}, "
         f"v1 hierarchies {sorted(k for k in dirs if k != 'unified')}; need memory, pids, cpu")

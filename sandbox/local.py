@@ -31,6 +31,7 @@ from sandbox.launch import BWRAP, Slot, bwrap_args, job_env, launcher_argv
 from sandbox.outcome import (Observed, bad_job, nothing_to_run, result_of, safe_relative,
                              sandbox_failure, split_shell_code)
 from sandbox.pipes import CappedReader, close_quietly, read_all
+from sandbox.slots import SlotPool
 
 log = structlog.get_logger("sandbox.local")
 DRAIN_S = 2.0
@@ -81,8 +82,7 @@ class LocalBackend:
         # With the warm path, two slots per concurrent job: one pre-forks while the other runs.
         slots = slots * 2 if config.warm_python else slots
         self.cgroups = [cgroups.SlotCgroup(self.layout, self.group, i) for i in range(slots)]
-        self.free = list(range(slots))
-        self.slot_ready = anyio.Condition()
+        self.pool = SlotPool(slots)
         self.warm = None
         log.info("sandbox.opened", backend=self.name, cgroups=self.layout.describe(),
                  slots=slots, uid_base=config.uid_base, root=str(self.root))
@@ -112,7 +112,7 @@ class LocalBackend:
             return sandbox_failure(self.name, f"runtime {env.key} is not built at "
                                    f"{envs.rootfs(env, self.config.envs_dir)}; run "
                                    "`python -m sandbox.envbuild`")
-        index = await self._take_slot()
+        index = await self.pool.take()
         try:
             folder = self.root / f"slot{index}"
             problem = write_job_files(folder, job)
@@ -127,26 +127,19 @@ class LocalBackend:
     def slot(self, index: int) -> Slot:
         return Slot(index, self.config.uid_base + index, tuple(self.cgroups[index].procs_files))
 
-    async def _take_slot(self) -> int:
-        async with self.slot_ready:
-            while not self.free:
-                await self.slot_ready.wait()
-            return self.free.pop(0)  # oldest first: its warm sandbox had the longest to get ready
-
     async def _give_slot(self, index: int) -> None:
         with anyio.CancelScope(shield=True):
             cg = self.cgroups[index]
             if not await anyio.to_thread.run_sync(cg.kill_all):
                 log.error("sandbox.slot_stuck", slot=index, pids=cg.pids())
-                return  # keep a slot that cannot be emptied out of rotation
+                self.pool.retire(index)
+                return
             if self.warm is not None:
                 try:
                     await self.warm.prepare(index)
                 except (OSError, RuntimeError, TimeoutError) as exc:
                     log.warning("sandbox.zygote_prepare_failed", slot=index, error=repr(exc))
-            async with self.slot_ready:
-                self.free.append(index)
-                self.slot_ready.notify()
+            await self.pool.give(index)
 
     async def _run_cold(self, job: Job, env: envs.EnvSpec, index: int, folder: Path) -> ExecutionResult:
         cg = self.cgroups[index]

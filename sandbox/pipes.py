@@ -29,6 +29,8 @@ class CappedReader:
         self.overflowed = False
         self._on_overflow = on_overflow
         self.eof = anyio.Event()
+        self.line = anyio.Event()
+        "Set once a newline has been read (status channels end with one)."
 
     async def run(self) -> None:
         """Read until EOF (every writer gone), or until cancelled."""
@@ -57,6 +59,8 @@ class CappedReader:
                         self._on_overflow()
             else:
                 self.data.extend(chunk)
+            if b"\n" in chunk:
+                self.line.set()
 
     def text(self) -> str:
         return bytes(self.data).decode(errors="replace")
