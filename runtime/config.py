@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
 from runtime.section import Section
 
@@ -107,6 +108,7 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    executor: ExecutorConfig = ExecutorConfig()
 
 
 def load(path: str | Path) -> RunConfig:

@@ -29,8 +29,11 @@ class Backend(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def open_backend(config: SandboxConfig, slots: int = 1) -> Backend:
-    """Create the backend `config.backend` names, able to run `slots` jobs at once."""
+async def open_backend(config: SandboxConfig, slots: int = 1, run_id: str = "") -> Backend:
+    """Create the backend `config.backend` names, able to run `slots` jobs at once.
+
+    `run_id` labels what the backend leaves in shared places (docker containers), so a
+    restarted instance can reap its own leftovers and no one else's."""
     if config.backend == "subprocess":
         from sandbox.plain import PlainBackend
 
@@ -42,5 +45,5 @@ async def open_backend(config: SandboxConfig, slots: int = 1) -> Backend:
     if config.backend == "docker":
         from sandbox.docker import DockerBackend
 
-        return await DockerBackend.open(config, slots)
+        return await DockerBackend.open(config, slots, run_id)
     raise ValueError(f"sandbox backend {config.backend!r} is not available")

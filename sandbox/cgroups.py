@@ -232,6 +232,28 @@ class SlotCgroup:
                     time.sleep(0.002)
 
 
+def reap_stale(layout: Layout, prefix: str) -> int:
+    """Kill and delete `<prefix><pid>` folders left by executors that died (pid gone)."""
+    reaped = 0
+    for base in layout.dirs.values():
+        for folder in base.glob(f"{prefix}*"):
+            pid = folder.name[len(prefix):]
+            if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                continue
+            for slot in folder.glob("slot*"):
+                stale = SlotCgroup.__new__(SlotCgroup)
+                stale.layout, stale.dirs, stale._peak_fd = layout, {"unified": slot}, None
+                stale.kill_all()
+                stale.remove()
+            for leftover in sorted(folder.glob("**/"), reverse=True):
+                try:
+                    leftover.rmdir()
+                except OSError:
+                    pass
+            reaped += 1
+    return reaped
+
+
 def remove_group(layout: Layout, group: str) -> None:
     """Delete the executor's folder in every hierarchy (its slots must be gone)."""
     for base in layout.dirs.values():

@@ -78,7 +78,8 @@ class JobChannels:
                 os.mkfifo(path, 0o600)
             os.chown(path, uid, uid)
             read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            hold = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+            # The status FIFO is not held: its EOF must mean "the wrapper is gone".
+            hold = os.open(path, os.O_WRONLY | os.O_NONBLOCK) if name != "status" else -1
             self.fds += [read, hold]
         (io_dir / "stdin").write_bytes(stdin)
         os.chmod(io_dir / "stdin", 0o644)
@@ -89,10 +90,10 @@ class JobChannels:
 
     def release(self) -> None:
         """Drop our write ends: readers see EOF once the container's writers are gone too."""
-        close_quietly(*self.fds[1::2])
+        close_quietly(*(fd for fd in self.fds[1::2] if fd >= 0))
 
     def close(self) -> None:
-        close_quietly(*self.fds)
+        close_quietly(*(fd for fd in self.fds if fd >= 0))
 
 
 class DockerBackend:
@@ -109,6 +110,7 @@ class DockerBackend:
         self.group = f"whet-docker-{os.getpid()}"
         self.cgroups: list[cgroups.SlotCgroup | None] = [None] * slots
         if layout is not None:
+            cgroups.reap_stale(layout, "whet-docker-")
             cgroups.SlotCgroup.prepare_root(layout, self.group)
             self.cgroups = [cgroups.SlotCgroup(layout, self.group, i) for i in range(slots)]
         self.layout = layout
@@ -217,7 +219,7 @@ class DockerBackend:
 
         cap = job.limits.output_bytes
         fds = channels.read_fds
-        return [CappedReader(fd, cap, flooded) for fd in fds[:3]] + [CappedReader(fds[3], 256)]
+        return [CappedReader(fd, cap, flooded) for fd in fds[:3]] + [CappedReader(fds[3], 256, wait_first=True)]
 
     async def _start_and_wait(self, job: Job, container, readers, channels: JobChannels,
                               seen: Observed) -> tuple[int | None, bool]:

@@ -36,10 +36,15 @@ WARM_WRAPPER = "\n".join([
     "exec 3>&- 5>&- >/dev/null </dev/null",
     "kill -9 -1; kill -9 -1",
     "chmod -R u+rwx /tmp /dev/shm; rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?*",
-    'set -- /proc/[0-9]*; [ $# -le 3 ] && [ -z "$(ls -A /tmp)$(ls -A /dev/shm)" ] && echo "exit $rc" >&4',
+    "state=dirty",
+    # init, sleep and this shell: anything more is a survivor (zombies wait for init a moment).
+    "for i in 1 2 3 4 5 6 7 8 9 10; do set -- /proc/[0-9]*",
+    '  if [ $# -le 3 ] && [ -z "$(ls -A /tmp)$(ls -A /dev/shm)" ]; then state=exit; break; fi',
+    "  sleep 0.02; done",
+    'echo "$state $rc" >&4',
 ])
-"Runs the job, then cleans the container; 'exit N' is written only when it is clean again."
-EXIT_LINE = re.compile(rb"exit (-?\d+)\n?$")
+"Runs the job, then cleans the container; says 'exit N' when it is clean again, else 'dirty N'."
+EXIT_LINE = re.compile(rb"(exit|dirty) (-?\d+)\n?$")
 
 
 class WarmPool:
@@ -81,7 +86,7 @@ class WarmPool:
         uid = backend.config.uid_base + index
         channels = JobChannels(backend.slot_dirs(index)[1], uid, job.stdin)
         seen = Observed()
-        clean = False
+        ended = False
         try:
             container = await self._container(job, index)
             cg = backend.start_accounting(index, job.limits)
@@ -95,12 +100,13 @@ class WarmPool:
                     tg.start_soon(reader.run)
                 await execution.start(detach=True)
                 with anyio.move_on_after(job.limits.timeout_s) as deadline:
-                    while not seen.output_limited and not readers[3].line.is_set():
+                    while not (seen.output_limited or readers[3].line.is_set() or readers[3].eof.is_set()):
                         with anyio.move_on_after(0.25):
-                            await readers[3].line.wait()
+                            await readers[3].eof.wait()
                 seen.timed_out = deadline.cancelled_caught
                 match = EXIT_LINE.search(bytes(readers[3].data))
-                clean = match is not None and not seen.timed_out and not seen.output_limited
+                ended = match is not None and not seen.timed_out and not seen.output_limited
+                clean = ended and match.group(1) == b"exit"
                 if not clean:
                     await self.replace(index)  # kills every process of the job with it
                 channels.release()
@@ -108,15 +114,15 @@ class WarmPool:
                     for reader in readers[:3]:
                         await reader.eof.wait()
                 tg.cancel_scope.cancel()
-            oom = _oom_kills(backend, index, container.id) > oom_before if clean else False
+            oom = _oom_kills(backend, index, container.id) > oom_before if ended else False
         except (aiodocker.DockerError, OSError) as exc:
             await self.replace(index)
             return sandbox_failure(backend.name, f"warm container: {exc}", time.monotonic() - started)
         finally:
             channels.close()
         seen.wall_s = time.monotonic() - started
-        code = int(match.group(1)) if clean else None
-        if not clean and not seen.timed_out and not seen.output_limited:
+        code = int(match.group(2)) if ended else None
+        if not ended and not seen.timed_out and not seen.output_limited:
             seen.signal = 9  # the job took its wrapper down with it
         return backend.conclude(job, seen, readers, cg, code, oom)
 

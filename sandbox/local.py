@@ -76,6 +76,7 @@ class LocalBackend:
         self.config = config
         self.layout = cgroups.detect()
         self.group = f"whet-{os.getpid()}"
+        cgroups.reap_stale(self.layout, "whet-")
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.group}-", dir=config.workdir_root or None))
         self.root.chmod(0o755)
         cgroups.SlotCgroup.prepare_root(self.layout, self.group)
@@ -134,7 +135,7 @@ class LocalBackend:
                 log.error("sandbox.slot_stuck", slot=index, pids=cg.pids())
                 self.pool.retire(index)
                 return
-            if self.warm is not None:
+            if self.warm is not None and self.warm.sock is not None:
                 try:
                     await self.warm.prepare(index)
                 except (OSError, RuntimeError, TimeoutError) as exc:

@@ -21,13 +21,17 @@ _CHUNK = 65536
 class CappedReader:
     """Reads one fd until EOF, keeping at most `cap` bytes."""
 
-    def __init__(self, fd: int, cap: int, on_overflow: Callable[[], None] | None = None) -> None:
+    def __init__(self, fd: int, cap: int, on_overflow: Callable[[], None] | None = None,
+                 wait_first: bool = False) -> None:
         os.set_blocking(fd, False)
         self.fd = fd
         self.cap = cap
         self.data = bytearray()
         self.overflowed = False
         self._on_overflow = on_overflow
+        # A FIFO nobody has opened for writing yet reads as EOF, but polls as not ready until
+        # a writer came and went: waiting first turns "no writer yet" into "not yet".
+        self._wait_first = wait_first
         self.eof = anyio.Event()
         self.line = anyio.Event()
         "Set once a newline has been read (status channels end with one)."
@@ -40,6 +44,8 @@ class CappedReader:
             self.eof.set()
 
     async def _read(self) -> None:
+        if self._wait_first:
+            await wait_readable(self.fd)
         while True:
             try:
                 chunk = os.read(self.fd, _CHUNK)

@@ -34,7 +34,7 @@ CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
-PR_SET_NO_NEW_PRIVS = 38
+PR_SET_NO_NEW_PRIVS, PR_SET_PDEATHSIG = 38, 1
 PRELOAD = ("unittest", "json", "re", "collections", "itertools", "functools", "math",
            "dataclasses", "typing", "traceback", "io", "random", "string", "heapq", "bisect",
            "decimal", "fractions", "statistics", "datetime", "textwrap", "copy", "runpy",
@@ -181,9 +181,11 @@ def prepare(slot, channel_fd, cgroup_procs):
     """Process A: build the sandbox, fork B (pid 1), report readiness and how it ended."""
     channel = socket.socket(fileno=channel_fd)
     try:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
         set_up_namespaces(slot, cgroup_procs)
         b = os.fork()
         if b == 0:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # and takes its namespace along
             mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             c = os.fork()
             if c == 0:
