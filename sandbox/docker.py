@@ -238,7 +238,7 @@ class DockerBackend:
             state = (await container.show())["State"]
             channels.release()
             with anyio.move_on_after(DRAIN_S):
-                for reader in readers:
+                for reader in readers[:3]:  # the status FIFO is the warm pool's only
                     await reader.eof.wait()
             tg.cancel_scope.cancel()
         return state.get("ExitCode"), bool(state.get("OOMKilled"))
