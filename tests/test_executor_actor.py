@@ -17,8 +17,8 @@ from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, Heartbeat, J
                           Verifier)
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
-# The stack file already opened [bus] (its url): the first line continues that table.
-STACK = """ack_wait_s = 3.0
+# make_stack sets [bus] ack_wait_s = 3 s, so a killed executor's work comes back quickly.
+STACK = """
 [actors.count]
 executor = 1
 [executor]
