@@ -86,14 +86,22 @@ class JobChannels:
 
     @property
     def read_fds(self) -> list[int]:
-        return self.fds[0::2]
+        return list(self.fds[0::2])
 
     def release(self) -> None:
         """Drop our write ends: readers see EOF once the container's writers are gone too."""
-        close_quietly(*(fd for fd in self.fds[1::2] if fd >= 0))
+        self._close(range(1, len(self.fds), 2))
 
     def close(self) -> None:
-        close_quietly(*(fd for fd in self.fds if fd >= 0))
+        self._close(range(len(self.fds)))
+
+    def _close(self, positions) -> None:
+        # Each fd is closed once: a second close could hit a number reused meanwhile
+        # (by the engine client's own socket, for one).
+        for i in positions:
+            if self.fds[i] >= 0:
+                close_quietly(self.fds[i])
+                self.fds[i] = -1
 
 
 class DockerBackend:

@@ -1,9 +1,14 @@
 """The warm Python zygote: runs inside the python environment tree, pre-forks one sandbox per slot.
 
-Consumes, on a unix SEQPACKET socket (argv[1] is its fd), "prep" messages: a slot index and
-one fd, the sandbox's end of a fresh channel to the host. For each it forks
+Consumes, on a unix SEQPACKET socket (argv[1] is its fd), one message per slot: the slot
+index and the slot's channel fd. For each it forks
 
-  A  which joins the slot cgroup, unshares pid/mount/net/ipc/uts namespaces, mounts fresh
+  S  the slot's resident: it joins the slot cgroup once (a cgroup join waits for an RCU grace
+     period under a global lock; children are born in their parent's cgroup for free), says
+     'ready <pid>' and then serves "prep" messages on the slot channel, each with one fd: the
+     sandbox's end of a fresh channel to the host. For each it forks
+
+  A  which unshares pid/mount/net/ipc/uts namespaces, mounts fresh
      tmpfs on /tmp and /dev/shm, binds the slot folder read-only at /work, then forks
   B  pid 1 of the new pid namespace: mounts its /proc, forks C, reaps, exits with C's status
      (the kernel then kills whatever is left, setsid orphans included), and
@@ -66,10 +71,7 @@ def loopback_up():
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING, b""))
 
 
-def set_up_namespaces(slot, cgroup_procs):
-    for path in cgroup_procs:
-        with open(path, "w") as f:
-            f.write(str(os.getpid()))
+def set_up_namespaces(slot):
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
            "unshare")
     mount("none", "/", None, MS_REC | MS_PRIVATE)
@@ -177,12 +179,12 @@ def supervise(child):
             os._exit(os.WEXITSTATUS(status))
 
 
-def prepare(slot, channel_fd, cgroup_procs):
+def prepare(slot, channel_fd):
     """Process A: build the sandbox, fork B (pid 1), report readiness and how it ended."""
     channel = socket.socket(fileno=channel_fd)
     try:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
-        set_up_namespaces(slot, cgroup_procs)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with its slot resident
+        set_up_namespaces(slot)
         b = os.fork()
         if b == 0:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # and takes its namespace along
@@ -213,26 +215,58 @@ def tell(channel, line):
         pass  # the host is gone or gave up on this sandbox; the cgroup reaps us
 
 
+def receive_fd(sock):
+    """One message and the fd that came with it (None when the peer closed)."""
+    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(4))
+    if not msg:
+        return None, None
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+    return msg, (fds[0] if fds else None)
+
+
+def resident(slot, channel_fd, cgroup_procs):
+    """Process S: join the slot cgroup once, then pre-fork a sandbox per "prep"."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+    channel = socket.socket(fileno=channel_fd)
+    for path in cgroup_procs:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    channel.send(f"ready {os.getpid()}".encode())
+    while True:
+        try:
+            msg, fd = receive_fd(channel)
+        except OSError:
+            os._exit(0)
+        if msg is None:
+            os._exit(0)
+        if fd is None:
+            continue
+        if os.fork() == 0:
+            channel.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            prepare(slot, fd)
+        os.close(fd)
+
+
 def serve(sock, cgroup_procs):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the zygote never waits for its children
     while True:
         try:
-            msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(4))
+            msg, fd = receive_fd(sock)
         except InterruptedError:
             continue
-        if not msg:
+        if msg is None:
             return
-        fds = []
-        for level, kind, data in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+        if fd is None:
+            continue
         slot = int(msg)
-        if fds and os.fork() == 0:
+        if os.fork() == 0:
             sock.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            prepare(slot, fds[0], cgroup_procs[str(slot)])
-        for fd in fds:
-            os.close(fd)
+            resident(slot, fd, cgroup_procs[str(slot)])
+        os.close(fd)
 
 
 def main():
