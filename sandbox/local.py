@@ -29,7 +29,7 @@ from bus.messages import ExecutionResult, Job
 from sandbox import cgroups, envs
 from sandbox.config import SandboxConfig
 from sandbox.launch import BWRAP, HOST_PYTHON, STATUS_FD, Slot, bwrap_args, job_env, spawn_request
-from sandbox.outcome import (Observed, bad_job, nothing_to_run, result_of, safe_relative,
+from sandbox.outcome import (Observed, bad_job, finished, nothing_to_run, safe_relative,
                              sandbox_failure, split_shell_code)
 from sandbox.pipes import CappedReader, close_quietly, read_all
 from sandbox.slots import SlotPool
@@ -212,15 +212,11 @@ class LocalBackend:
         seen.wall_s = time.monotonic() - started
         out, err, rep, _ = readers
         seen.cpu_s, seen.peak_memory_mb, seen.oom = cg.usage()
-        seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
-        seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        seen.take_output(out, err, rep)
         return seen, readers
 
     def finish(self, job: Job, seen: Observed) -> ExecutionResult:
-        result = result_of(seen, job, self.name)
-        log.info("sandbox.finished", backend=self.name, status=result.status,
-                 exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
-        return result
+        return finished(seen, job, self.name)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):

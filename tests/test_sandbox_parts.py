@@ -7,13 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from bus.messages import Job, Limits
-from sandbox import cgroups, envs
+from sandbox import envs
 from sandbox.launch import Slot, bwrap_args, job_env, spawn_request
 from sandbox.outcome import Observed, safe_relative, split_shell_code, status_of
 from tests.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
@@ -74,34 +73,10 @@ def test_spawn_request_drops_privileges_and_sandboxes():
 def test_cgroup_slot_limits_accounts_and_kills():
     """On this host's layout (v1 or v2, as detected): a process born in a slot is limited
     (OOM), counted (CPU seconds), and killed with its whole tree; residents are spared."""
-    layout = cgroups.detect()
-    print("layout:", layout.describe())
-    group = f"whet-test-{os.getpid()}"
-    cgroups.SlotCgroup.prepare_root(layout, group)
-    slot = cgroups.SlotCgroup(layout, group, 0)
-    joins = " && ".join(f"echo $$ > {f}" for f in slot.procs_files)
-    try:
-        resident = subprocess.Popen(["bash", "-c", f"{joins} && exec sleep 60"])
-        time.sleep(0.3)
-        slot.keep.add(resident.pid)
-        slot.start_job(memory_mb=64, pids=16, cpus=1.0)
-        busy = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
-        spin = subprocess.run(["bash", "-c", f"{joins} && /usr/bin/python3 -c '{busy}' && "
-                               "/usr/bin/python3 -c 'x = bytearray(200 * 2**20)'"], timeout=30)
-        cpu, peak, oom = slot.usage()
-        assert spin.returncode != 0 and oom, (spin.returncode, cpu, peak, oom)
-        assert 0.5 <= cpu <= 2.0, cpu
-        assert peak <= 64 * 1.05
-        subprocess.Popen(["bash", "-c", f"{joins} && (setsid sleep 60 &) && sleep 60"])
-        time.sleep(0.3)
-        assert len(slot.pids()) >= 3
-        assert slot.kill_all()
-        assert slot.pids() == [resident.pid] and resident.poll() is None
-    finally:
-        slot.keep.clear()
-        slot.kill_all()
-        slot.remove()
-        cgroups.remove_group(layout, group)
+    proc = subprocess.run(["/usr/bin/python3", "-m", "sandbox.cgroupcheck"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "all checks passed" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.stdout.startswith("layout: cgroup v")
 
 
 def test_whet_exec_prints_the_result_as_json(built_envs, tmp_path):
