@@ -28,16 +28,18 @@ def job(code: str, **kw) -> Job:
 
 
 async def test_working_directory_environment_and_report_channel(backend):
-    """cwd holds the files (read-only), HOME/TMPDIR are /tmp, stdin is fed, fd 3 is the report."""
+    """cwd holds the files (read-only), HOME/TMPDIR are /tmp, stdin is fed, fd 3 is the report,
+    and the job runs as a non-root uid with no capabilities."""
     result = await backend.run(job("""
         import os, sys
         print(os.getcwd(), sorted(os.listdir('.')), os.environ['HOME'], os.environ['TMPDIR'])
-        print(sys.stdin.read(), os.environ['WHET_REPORT_FD'], os.getuid() != 0)
+        caps = open('/proc/self/status').read().split('CapEff:')[1].split()[0]
+        print(sys.stdin.read(), os.environ['WHET_REPORT_FD'], os.getuid() != 0, int(caps, 16))
         os.write(3, b'{"tests": 3}')
         open('/tmp/scratch', 'w').write('ok')
     """, files={"a.py": b"x = 1", "sub/b.txt": b"b"}, stdin=b"from stdin"))
     assert result.status == "ok", result
-    assert result.stdout.splitlines() == ["/work ['a.py', 'sub'] /tmp /tmp", "from stdin 3 True"]
+    assert result.stdout.splitlines() == ["/work ['a.py', 'sub'] /tmp /tmp", "from stdin 3 True 0"]
     assert result.report == '{"tests": 3}'
 
 
