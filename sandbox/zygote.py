@@ -35,6 +35,8 @@ from sandbox.pipes import close_quietly
 log = structlog.get_logger("sandbox.zygote")
 SERVER = Path(__file__).with_name("zygote_server.py")
 PYTHONS = ("python3", "python", "/usr/bin/python3")
+FLAGS = ("-I", "-S", "-s", "-P", "-u", "-B", "-E")
+"Interpreter flags `zygote_server.emulate_flags` reproduces; any other goes the cold way."
 START_TIMEOUT_S = 60.0
 
 
@@ -51,11 +53,14 @@ class WarmPython:
         "slot -> (channel to the slot's resident zygote process, its pid)."
 
     def accepts(self, job: Job) -> bool:
-        """Plain `python3 -c CODE`, `python3 -m MOD` or `python3 FILE.py` in the python runtime."""
+        """`python3 [-I -S -s -P -u -B -E] (-c CODE | -m MOD | FILE.py) ...` in the python runtime."""
         cmd = job.command
         if job.runtime != "python" or len(cmd) < 2 or cmd[0] not in PYTHONS:
             return False
-        return cmd[1] in ("-c", "-m") and len(cmd) >= 3 or cmd[1].endswith(".py")
+        rest = cmd[1:]
+        while rest and rest[0] in FLAGS:
+            rest = rest[1:]
+        return bool(rest) and (rest[0] in ("-c", "-m") and len(rest) >= 2 or rest[0].endswith(".py"))
 
     async def _ensure_started(self) -> socket.socket:
         async with self.lock:

@@ -15,7 +15,7 @@ index and the slot's channel fd. For each it forks
   C  which waits on the channel for the job: four fds (stdin, stdout, stderr, report) as
      SCM_RIGHTS. It reads the request file, resizes the tmpfs, hides the slot folders, the
      request and the cgroup tree, sets rlimits, drops to the slot uid with no_new_privs and no
-     capabilities, and runs `python3 -c/-m/script` in-process on the preloaded modules.
+     capabilities, and runs `python3 [flags] -c/-m/script` in-process on the preloaded modules.
 
 A writes 'ready' on the channel once the sandbox waits, then 'exit N' (N as a shell reports
 it: 128+signal) when B ended, or 'error ...'; the channel's EOF means A is gone. The zygote
@@ -120,13 +120,28 @@ def drop_privileges(req, fds):
     os.environ.update(req["env"])
 
 
-def run_python(argv):
-    """Run `python3 -c CODE | -m MOD | SCRIPT` in this process; never returns."""
-    import atexit
+FLAGS = ("-I", "-S", "-s", "-P", "-u", "-B", "-E")
+"Interpreter flags the warm path reproduces (the host side sends nothing else here)."
+
+
+def emulate_flags(flags, path0):
+    """Make this forked interpreter look as if started with `flags`: -I/-P keep the script's
+    folder off sys.path, -S takes site/dist-packages (and modules loaded from them) away."""
+    del sys.path[0]  # the zygote's own folder
+    if not ({"-I", "-P"} & set(flags)):
+        sys.path.insert(0, path0)
+    if "-S" in flags:
+        gone = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+        sys.path[:] = [p for p in sys.path if p not in gone]
+        for name, module in list(sys.modules.items()):
+            where = getattr(module, "__file__", None) or ""
+            if any(where.startswith(p) for p in gone):
+                del sys.modules[name]
+    sys.dont_write_bytecode = True
+
+
+def reopen_stdio():
     import io
-    import runpy
-    import traceback
-    import types
 
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
@@ -135,21 +150,38 @@ def run_python(argv):
                                   errors="backslashreplace", line_buffering=True, write_through=True)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+def run_python(argv):
+    """Run `python3 [FLAGS] -c CODE | -m MOD | SCRIPT` in this process; never returns."""
+    import atexit
+    import runpy
+    import traceback
+    import types
+
+    reopen_stdio()
+    flags = [a for a in argv[1:] if a in FLAGS]
+    mode, target, rest = argv[1 + len(flags)], "", argv[2 + len(flags):]
     code = 0
     try:
-        mode, target, rest = argv[1], argv[2] if len(argv) > 2 else "", argv[3:]
         if mode == "-c":
-            sys.argv, sys.path[0] = ["-c", *rest], ""
+            target, rest = rest[0], rest[1:]
+            emulate_flags(flags, "")
+            sys.argv = ["-c", *rest]
             main = types.ModuleType("__main__")
             sys.modules["__main__"] = main
             exec(compile(target, "<string>", "exec"), main.__dict__)
         elif mode == "-m":
-            sys.argv, sys.path[0] = [target, *rest], os.getcwd()
+            target, rest = rest[0], rest[1:]
+            emulate_flags(flags, os.getcwd())
+            sys.argv = [target, *rest]
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.argv, sys.path[0] = argv[1:], os.path.dirname(os.path.abspath(mode))
+            emulate_flags(flags, os.path.dirname(os.path.abspath(mode)))
+            sys.argv = [mode, *rest]
             runpy.run_path(mode, run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

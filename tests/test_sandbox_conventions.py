@@ -97,3 +97,15 @@ async def test_no_new_privs_and_landlock_work_inside(backend):
     assert lines[0] == "nnp 0 1", result.stdout
     assert int(lines[1].split()[1]) >= 1, result.stdout
     assert lines[2:4] == ["restricted 0", "blocked"], result.stdout
+
+
+async def test_interpreter_flags_mean_the_same_everywhere(backend):
+    """`python3 -I -S` (the judge's harness command) hides site-packages and the script's
+    folder on every path, the warm zygote included."""
+    code = ("import sys, importlib.util; print(sys.path[0] in ('', '/work'), "
+            "any(p.endswith('-packages') for p in sys.path), importlib.util.find_spec('pytest') is None)")
+    plain = await backend.run(Job(command=["python3", "-c", code]))
+    isolated = await backend.run(Job(command=["python3", "-I", "-S", "-c", code]))
+    assert (plain.status, isolated.status) == ("ok", "ok"), (plain, isolated)
+    assert plain.stdout.split() == ["True", "True", "False"], plain.stdout
+    assert isolated.stdout.split() == ["False", "False", "True"], isolated.stdout
