@@ -114,3 +114,19 @@ async def test_reaper_removes_leftover_containers(docker_engine):
         assert found == []
     finally:
         await docker.close()
+
+
+async def test_oci_runtime_comes_from_config(docker_engine):
+    """docker_runtime is passed to the engine: one it does not have is a sandbox failure
+    that names it, never a job failure."""
+    from sandbox import open_backend
+    from sandbox.config import SandboxConfig
+
+    backend = await open_backend(SandboxConfig(backend="docker", docker_runtime="runsc"), slots=1,
+                                 run_id=f"runsc-{os.getpid()}")
+    try:
+        result = await backend.run(Job(command=["true"], runtime="shell"))
+    finally:
+        await backend.aclose()
+    assert (result.status, result.sandbox_failed) == ("sandbox_error", True), result
+    assert "runsc" in result.sandbox_error
