@@ -199,13 +199,17 @@ class SlotCgroup:
         except FileNotFoundError:
             return []
 
+    def strays(self) -> list[int]:
+        """Processes in the slot other than its residents."""
+        return [pid for pid in self.pids() if pid not in self.keep]
+
     def kill_all(self, wait_s: float = 5.0) -> bool:
         """SIGKILL everything in the slot but `keep`, and wait until only `keep` is left;
         False if something else is still there after `wait_s`."""
         kill_file = self.dirs.get("unified", Path("/nonexistent")) / "cgroup.kill"
         deadline = time.monotonic() + wait_s
         while True:
-            pids = [pid for pid in self.pids() if pid not in self.keep]
+            pids = self.strays()
             if not pids:
                 return True
             if kill_file.exists() and not self.keep:

@@ -6,8 +6,7 @@ produces
   and execs the slot's spawner (`sandbox/spawner.py`), so every job it starts is born in the
   slot's cgroup (counted, limited, and killed as one);
 - `spawn_request`: what the spawner runs per job: rlimits (CPU time, file size, open files,
-  no core), then `setpriv` down to the slot's unprivileged uid with no_new_privs, then
-  bubblewrap: new user, pid, net, mount, ipc, uts and cgroup namespaces; the environment tree
+  no core), the slot's unprivileged uid with no_new_privs, then bubblewrap: new user, pid, net, mount, ipc, uts and cgroup namespaces; the environment tree
   read-only as `/`; the job folder read-only at `/work` (the working directory); size-capped
   tmpfs at `/tmp` and `/dev/shm` as the only writable places; fd 3 the report channel and
   fd 4 bubblewrap's JSON status.
@@ -25,7 +24,6 @@ from bus.messages import Limits
 from sandbox.envs import EnvSpec
 
 BWRAP = "/usr/bin/bwrap"
-SETPRIV = "/usr/bin/setpriv"
 HOST_PYTHON = "/usr/bin/python3"
 STATUS_FD = 4
 "Where bubblewrap's JSON status goes in the launched job (0-2 stdio, 3 the report)."
@@ -76,10 +74,9 @@ def rlimits(limits: Limits) -> dict[str, int]:
 
 
 def spawn_request(slot: Slot, limits: Limits, bwrap: list[str], command: list[str]) -> dict:
-    """The spawner's request for one job (fds 0-4 are passed alongside)."""
-    drop = [SETPRIV, f"--reuid={slot.uid}", f"--regid={slot.uid}", "--clear-groups",
-            "--no-new-privs"]
-    return {"argv": drop + bwrap + ["--", *command], "rlimits": rlimits(limits)}
+    """The spawner's request for one job (fds 0-4 are passed alongside); the spawner drops
+    to `uid` (groups cleared, no_new_privs) itself before it execs bubblewrap."""
+    return {"argv": bwrap + ["--", *command], "rlimits": rlimits(limits), "uid": slot.uid}
 
 
 def spawner_argv(slot: Slot, script: str, socket_fd: int, request_file: str) -> list[str]:

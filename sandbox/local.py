@@ -52,6 +52,13 @@ def pipe() -> tuple[int, int]:
     return _high_fd(r), _high_fd(w)
 
 
+async def reap(cg: cgroups.SlotCgroup) -> bool:
+    """Kill whatever of a job is left in its slot (in a thread only when there is any)."""
+    if not cg.strays():
+        return True
+    return await anyio.to_thread.run_sync(cg.kill_all)
+
+
 def write_job_files(folder: Path, job: Job) -> str | None:
     """Empty `folder` (kept: a waiting warm sandbox has it bound) and write `job.files` there;
     an error message if a name escapes it."""
@@ -93,9 +100,9 @@ class LocalBackend:
 
     @classmethod
     async def open(cls, config: SandboxConfig, slots: int) -> LocalBackend:
-        for tool in (BWRAP, "/usr/bin/setpriv", "/bin/bash", HOST_PYTHON):
+        for tool in (BWRAP, "/bin/bash", HOST_PYTHON):
             if not os.access(tool, os.X_OK):
-                raise RuntimeError(f"local sandbox needs {tool} (apt-get install bubblewrap util-linux bash python3)")
+                raise RuntimeError(f"local sandbox needs {tool} (apt-get install bubblewrap bash python3)")
         if os.geteuid() != 0:
             raise RuntimeError("local sandbox needs root (cgroups and per-slot uids)")
         backend = cls(config, slots)
@@ -134,7 +141,7 @@ class LocalBackend:
     async def _give_slot(self, index: int) -> None:
         with anyio.CancelScope(shield=True):
             cg = self.cgroups[index]
-            if not await anyio.to_thread.run_sync(cg.kill_all):
+            if not await reap(cg):
                 log.error("sandbox.slot_stuck", slot=index, pids=cg.pids())
                 self.pool.retire(index)
                 return
@@ -204,7 +211,7 @@ class LocalBackend:
                     await ended()
             seen.timed_out = deadline.cancelled_caught
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(cg.kill_all)
+                await reap(cg)
                 await ended()
                 await read_all(readers, DRAIN_S)
         finally:

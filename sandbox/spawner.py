@@ -4,8 +4,9 @@ Run by the host's /usr/bin/python3 (-I -S, stdlib only) after its launcher joine
 cgroup; argv[1] is the fd of a unix SEQPACKET socket to the executor, argv[2] the request
 file. It consumes one message per job: five fds as SCM_RIGHTS (stdin, stdout, stderr, the
 fd-3 report channel, bubblewrap's status pipe); the request file then holds JSON
-`{"argv": [...], "rlimits": {...}}` (a file: argv may be larger than a socket message). It forks, sets the rlimits, puts
-the fds at 0-4 and execs the argv (setpriv, then bubblewrap). It answers nothing: bubblewrap's
+`{"argv": [...], "rlimits": {...}, "uid": N}` (a file: argv may exceed a socket message). It forks, sets the rlimits, puts
+the fds at 0-4, drops to the slot's uid and gid with no supplementary groups and
+no_new_privs (what `setpriv` would do, without its exec), and execs the argv (bubblewrap). It answers nothing: bubblewrap's
 status pipe tells the executor when the sandbox started and how it ended.
 
 Why it exists: joining a cgroup (writing cgroup.procs) waits for an RCU grace period under a
@@ -14,6 +15,7 @@ of a process already in the cgroup are born there, so the join happens once per 
 It does NOT watch, kill or account for jobs: the executor does, through the cgroup.
 """
 
+import ctypes
 import json
 import os
 import resource
@@ -21,6 +23,10 @@ import signal
 import socket
 import struct
 import sys
+
+
+PR_SET_NO_NEW_PRIVS = 38
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def launch(request, fds):
@@ -35,6 +41,12 @@ def launch(request, fds):
             os.dup2(fd, target, inheritable=True)
         os.closerange(len(fds), 65536)
         os.setsid()
+        uid = request["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)  # leaving uid 0 clears every capability
+        if LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "no_new_privs")
         os.execv(request["argv"][0], request["argv"])
     finally:
         os._exit(127)
