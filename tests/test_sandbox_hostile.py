@@ -154,9 +154,9 @@ async def test_host_loopback_service_is_unreachable(backend):
 
 async def test_host_secret_is_unreadable_and_nothing_is_written_outside(backend, tmp_path):
     """A host secret cannot be read, and writes to /work, / and /usr all fail."""
-    secret_dir = Path("/root/whet-test-secrets")
-    secret_dir.mkdir(mode=0o700, exist_ok=True)
-    secret = secret_dir / f"secret-{os.getpid()}"
+    secret_dir = Path(f"/root/whet-test-secrets-{os.getpid()}-{secrets.token_hex(4)}")
+    secret_dir.mkdir(mode=0o700)
+    secret = secret_dir / "secret"
     token = secrets.token_hex(16)
     secret.write_text(token)
     try:
@@ -174,6 +174,7 @@ async def test_host_secret_is_unreadable_and_nothing_is_written_outside(backend,
         """, files={"given.txt": b"data"}))
     finally:
         secret.unlink()
+        secret_dir.rmdir()
     assert result.status == "ok", result
     assert token not in result.stdout and "WROTE" not in result.stdout, result.stdout
     assert result.stdout.count("denied") >= 5, result.stdout
