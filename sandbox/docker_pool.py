@@ -120,9 +120,10 @@ class WarmPool:
                         with anyio.move_on_after(0.25):
                             await readers[3].eof.wait()
                 seen.timed_out = deadline.cancelled_caught
-                # The next job's status reader must not meet this wrapper on the reused FIFO.
-                with anyio.move_on_after(DRAIN_S):
-                    await readers[3].eof.wait()
+                if readers[3].line.is_set() and not (seen.timed_out or seen.output_limited):
+                    # The next job's status reader must not meet this wrapper on the reused FIFO.
+                    with anyio.move_on_after(DRAIN_S):
+                        await readers[3].eof.wait()
                 match = EXIT_LINE.search(bytes(readers[3].data))
                 ended = match is not None and not seen.timed_out and not seen.output_limited
                 clean = ended and match.group(1) == b"exit" and readers[3].eof.is_set()
