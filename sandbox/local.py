@@ -7,8 +7,10 @@ a deadline, then kills whatever is left through the cgroup (a `setsid` orphan in
 pid namespace dies with its first process, and `cgroup.kill` finishes the rest) and reads CPU
 seconds, peak memory and OOM kills from the cgroup.
 
-Python jobs take the warm path (`sandbox.zygote`) when `warm_python` is set and the job is
-`python3 ...`. It does NOT contain anything without cgroups and bubblewrap: `open` fails with
+Jobs of the python runtime start in sandboxes pre-forked by a zygote (`sandbox.zygote`,
+same isolation built with unshare) when `prefork` is set, and `python3 ...` commands run
+in-process there when `warm_python` is set; other runtimes use bubblewrap per job.
+It does NOT contain anything without cgroups and bubblewrap: `open` fails with
 a clear error instead.
 """
 
@@ -89,8 +91,8 @@ class LocalBackend:
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.group}-", dir=config.workdir_root or None))
         self.root.chmod(0o755)
         cgroups.SlotCgroup.prepare_root(self.layout, self.group)
-        # With the warm path, two slots per concurrent job: one pre-forks while the other runs.
-        slots = slots * 2 if config.warm_python else slots
+        # Pre-forking: two slots per concurrent job, one gets its sandbox while the other runs.
+        slots = slots * 2 if config.prefork else slots
         self.cgroups = [cgroups.SlotCgroup(self.layout, self.group, i) for i in range(slots)]
         self.pool = SlotPool(slots)
         self.spawners = SlotSpawners(self)
@@ -106,7 +108,7 @@ class LocalBackend:
         if os.geteuid() != 0:
             raise RuntimeError("local sandbox needs root (cgroups and per-slot uids)")
         backend = cls(config, slots)
-        if config.warm_python:
+        if config.prefork:
             from sandbox.zygote import WarmPython
 
             backend.warm = WarmPython(backend)

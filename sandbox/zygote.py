@@ -53,9 +53,13 @@ class WarmPython:
         "slot -> (channel to the slot's resident zygote process, its pid)."
 
     def accepts(self, job: Job) -> bool:
-        """`python3 [-I -S -s -P -u -B -E] (-c CODE | -m MOD | FILE.py) ...` in the python runtime."""
+        """Any job of the python runtime (its tree is the zygote's)."""
+        return job.runtime == "python"
+
+    def in_process(self, job: Job) -> bool:
+        """`python3 [-I -S -s -P -u -B -E] (-c CODE | -m MOD | FILE.py) ...`, when warm_python."""
         cmd = job.command
-        if job.runtime != "python" or len(cmd) < 2 or cmd[0] not in PYTHONS:
+        if not self.backend.config.warm_python or len(cmd) < 2 or cmd[0] not in PYTHONS:
             return False
         rest = cmd[1:]
         while rest and rest[0] in FLAGS:
@@ -199,6 +203,7 @@ class WarmPython:
         limits = job.limits
         request = {
             "uid": self.backend.config.uid_base + index, "argv": job.command,
+            "in_process": self.in_process(job),
             "env": job_env(self.env), "disk_bytes": limits.disk_mb * 1024 * 1024,
             "rlimits": {"RLIMIT_CPU": max(1, math.ceil(limits.cpu_s)),
                         "RLIMIT_FSIZE": limits.disk_mb * 1024 * 1024,

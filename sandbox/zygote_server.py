@@ -15,7 +15,8 @@ index and the slot's channel fd. For each it forks
   C  which waits on the channel for the job: four fds (stdin, stdout, stderr, report) as
      SCM_RIGHTS. It reads the request file, resizes the tmpfs, hides the slot folders, the
      request and the cgroup tree, sets rlimits, drops to the slot uid with no_new_privs and no
-     capabilities, and runs `python3 [flags] -c/-m/script` in-process on the preloaded modules.
+     capabilities, and either runs `python3 [flags] -c/-m/script` in-process on the
+     preloaded modules (the warm path) or execs the command (a fresh process image).
 
 A writes 'ready' on the channel once the sandbox waits, then 'exit N' (N as a shell reports
 it: 128+signal) when B ended, or 'error ...'; the channel's EOF means A is gone. The zygote
@@ -198,6 +199,17 @@ def run_python(argv):
         os._exit(code & 0xFF)
 
 
+def exec_command(argv):
+    """Become the job's command: a fresh process image, as under bubblewrap."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):  # Python changed these
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"{argv[0]}: {exc.strerror}\n".encode())
+        os._exit(127 if exc.errno == 2 else 126)
+
+
 def supervise(child):
     """pid 1 of the job's namespace: reap everything, exit as `child` did."""
     while True:
@@ -228,7 +240,9 @@ def prepare(slot, channel_fd):
                 except OSError:  # the host dropped this sandbox unused
                     os._exit(0)
                 drop_privileges(req, fds)
-                run_python(req["argv"])
+                if req["in_process"]:
+                    run_python(req["argv"])
+                exec_command(req["argv"])
             channel.close()
             supervise(c)
         tell(channel, "ready")

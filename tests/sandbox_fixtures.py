@@ -21,12 +21,14 @@ from sandbox.config import SandboxConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = {
+    "local-bwrap": SandboxConfig(backend="local", prefork=False, warm_python=False),
     "local": SandboxConfig(backend="local", warm_python=False),
     "warm": SandboxConfig(backend="local", warm_python=True),
     "docker": SandboxConfig(backend="docker", docker_warm_pool=0),
     "docker-warm": SandboxConfig(backend="docker", docker_warm_pool=2),
 }
-"Every isolating path: local cold, local warm (zygote), docker cold, docker warm pool."
+"""Every isolating path: bubblewrap per job, a pre-forked sandbox with a fresh exec, the
+command in-process in it (warm), a container per job, the docker warm pool."""
 
 
 @pytest.fixture(scope="session")
