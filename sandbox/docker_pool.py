@@ -59,7 +59,7 @@ RUNNER = "\n".join([
     "done",
 ])
 "pid 1 of a warm container: $1 is the slot uid, $2 the wrapper. Reaps orphans as init does."
-GO_TIMEOUT_S = 5.0
+GO_TIMEOUT_S = 15.0
 EXIT_LINE = re.compile(rb"(exit|dirty) (-?\d+)\n?$")
 
 
