@@ -14,4 +14,5 @@ KINDS: dict[str, str] = {
     "monitor": "actors.monitor:run",
     "generator": "actors.generator:run",
     "learner": "actors.learner:run",
+    "executor": "actors.executor:run",
 }

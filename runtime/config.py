@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
 from monitoring.config import MonitorConfig
 from runtime.auth import AuthConfig, role_of
@@ -118,6 +119,7 @@ class RunConfig(Section):
     model: ModelConfig = ModelConfig()
     generator: GeneratorConfig = GeneratorConfig()
     learner: LearnerConfig = LearnerConfig()
+    executor: ExecutorConfig = ExecutorConfig()
 
 
 def load(path: str | Path) -> RunConfig:
