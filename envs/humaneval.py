@@ -48,7 +48,7 @@ def import_file(path: str | Path | None = None, *, split: Literal["train", "held
                 env: str = ENV, limits: Limits = Limits()) -> Imported:
     """Every task in the file (the wheel's HumanEval by default), and an error per broken line."""
     path = Path(path) if path else wheel_path()
-    raw = _read_bytes(path)
+    raw = read_bytes(path)
     version = hashlib.sha256(raw).hexdigest()[:12]
     out = Imported()
     seen: dict[str, int] = {}
@@ -68,7 +68,8 @@ def import_file(path: str | Path | None = None, *, split: Literal["train", "held
     return out
 
 
-def _read_bytes(path: Path) -> bytes:
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, un-gzipped if it is gzipped; InputError if it cannot be read."""
     try:
         data = path.read_bytes()
         return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
