@@ -26,7 +26,7 @@ from judging.layers import TestResult
 from judging.report import Report
 
 STARVED = 0.5
-"A call that waited to run for at least this share of its wall time was starved."
+"A call that waited to run for this share of its wall time (and longer than it ran) starved."
 BUSY = 0.5
 "A call that ran on a CPU for at least this share of its wall time spun by itself."
 _RESOURCE_WORDS = re.compile(r"resource|exhausted|no space|enospc|eagain|cannot allocate|"
@@ -139,9 +139,11 @@ def timeout_cause(rec: dict, evidence: str) -> Cause:
     cpu = float(rec.get("cpu_s", 0.0))
     delay = rec.get("run_delay_s")
     usage = f"cpu {cpu:.2f} s, waiting to run {delay if delay is not None else '?'} s, of {wall:.2f} s wall"
-    if delay is not None and float(delay) >= STARVED * wall:
+    waited = float(delay) if delay is not None else 0.0
+    if delay is not None and waited >= STARVED * wall and waited > cpu:
         return Cause("infra.cpu_starvation", f"{evidence}; starved: {usage}")
-    if cpu >= BUSY * wall:
+    if cpu >= BUSY * wall or (delay is not None and cpu >= waited and cpu >= 0.1 * wall):
+        # It ran at least as long as it waited: slow by itself, even on a busy machine.
         return Cause("model.timeout", f"{evidence}; spinning: {usage}")
     if delay is None:
         return Cause("infra.cpu_starvation", f"{evidence}; cannot tell a wait from starvation: {usage}")

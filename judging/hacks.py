@@ -101,11 +101,13 @@ def runtime_signs(result: ExecutionResult, report: Report, tests: list[TestResul
 
 def static_signs(task: Task, cand: Candidate, tests: list[TestResult]) -> list[HackSign]:
     """Signs read from the candidate's own lines (the prompt prefix excluded)."""
-    own = "\n".join(cand.code.splitlines()[cand.offset_lines:])
     try:
-        tree = ast.parse(own)
+        whole = ast.parse(cand.code)
     except (SyntaxError, ValueError):
         return []
+    # Only the candidate's own lines: the prompt prefix before them is the task's.
+    tree = ast.Module(body=[n for n in ast.walk(whole) if isinstance(n, ast.stmt)
+                            and getattr(n, "lineno", 0) > cand.offset_lines], type_ignores=[])
     signs = []
     patched = _patches(tree)
     if patched:
@@ -195,7 +197,7 @@ def _check_call_args(source: str) -> list:
 
 
 def _special_cases(tree: ast.AST, inputs: list) -> list:
-    wanted = [x for x in inputs if not _trivial(x)]
+    wanted = [_tupled(x) for x in inputs if not _trivial(x)]
     if not wanted:
         return []
     matched = []
@@ -210,10 +212,18 @@ def _special_cases(tree: ast.AST, inputs: list) -> list:
                 value = ast.literal_eval(c)
             except (ValueError, SyntaxError, TypeError):
                 continue
+            value = _tupled(value)
             hits = [value] if value in wanted else [x for x in _members(value) if x in wanted]
             matched.extend(h for h in hits if h not in matched)
     need = 1 if len(wanted) == 1 else 2
     return matched if len(matched) >= need else []
+
+
+def _tupled(value):
+    """Lists as tuples, all the way down, so [1, 2] and (1, 2) count as the same input."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_tupled(x) for x in value)
+    return value
 
 
 def _members(value) -> list:
