@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 
 from bus.messages import ExecutionResult, Task
-from judging.layers import TestResult
+from judging.layers import ScoredTest
 from judging.report import Report
 
 STARVED = 0.5
@@ -45,7 +45,7 @@ class Cause:
 
 
 def attribute(task: Task, result: ExecutionResult, report: Report,
-              tests: list[TestResult]) -> Cause | None:
+              tests: list[ScoredTest]) -> Cause | None:
     """Why the attempt failed, or None if every counted test passed and the job ended well."""
     job = job_cause(result, report, task.limits.memory_mb)
     if job is not None:
@@ -55,7 +55,7 @@ def attribute(task: Task, result: ExecutionResult, report: Report,
         # Tests left unrun when the budget ran out are the consequence of the calls that
         # timed out, whose own evidence says whose fault that was.
         failing = [t for t in failing if t.status != "missing"]
-    causes = [test_cause(t, task, result) for t in failing]
+    causes = [cause_of_test(t, task, result) for t in failing]
     for cause in causes:
         if cause.infra:
             return cause
@@ -103,7 +103,7 @@ def job_cause(result: ExecutionResult, report: Report, memory_mb: int) -> Cause 
     return Cause("infra.sandbox", f"harness ended with exit {result.exit_code} {where}: {result.stderr[-300:]}")
 
 
-def test_cause(t: TestResult, task: Task, result: ExecutionResult) -> Cause:
+def cause_of_test(t: ScoredTest, task: Task, result: ExecutionResult) -> Cause:
     """The cause of one failed test, from its harness record."""
     rec, s = t.record, t.status
     evidence = f"{t.id}: {t.detail}"[:800]

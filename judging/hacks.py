@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from bus.messages import ExecutionResult, Task
 from judging.extract import Candidate
 from judging.jobs import shipped_digest
-from judging.layers import TestResult
+from judging.layers import ScoredTest
 from judging.report import Report
 
 _PASS_TEXT = re.compile(r"(?im)\ball tests? passed\b|\btests? passed\b|^\s*PASS(ED)?\b|^OK\s*$|"
@@ -54,7 +54,7 @@ class HackSign:
 
 
 def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,
-           tests: list[TestResult]) -> list[HackSign]:
+           tests: list[ScoredTest]) -> list[HackSign]:
     """Every hack sign in this attempt, runtime evidence first."""
     passed_all = bool(tests) and all(t.passed is not False for t in tests)
     signs = runtime_signs(result, report, tests, passed_all)
@@ -63,7 +63,7 @@ def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,
     return signs
 
 
-def runtime_signs(result: ExecutionResult, report: Report, tests: list[TestResult],
+def runtime_signs(result: ExecutionResult, report: Report, tests: list[ScoredTest],
                   passed_all: bool) -> list[HackSign]:
     signs = []
     for t in tests:
@@ -99,7 +99,7 @@ def runtime_signs(result: ExecutionResult, report: Report, tests: list[TestResul
     return signs
 
 
-def static_signs(task: Task, cand: Candidate, tests: list[TestResult]) -> list[HackSign]:
+def static_signs(task: Task, cand: Candidate, tests: list[ScoredTest]) -> list[HackSign]:
     """Signs read from the candidate's own lines (the prompt prefix excluded)."""
     try:
         whole = ast.parse(cand.code)
@@ -237,7 +237,7 @@ def _trivial(x) -> bool:
         return True
 
 
-def _catches_special_casing(tests: list[TestResult]) -> bool:
+def _catches_special_casing(tests: list[ScoredTest]) -> bool:
     visible = [t for t in tests if t.layer == "visible" and t.passed is not None]
     rest = [t for t in tests if t.layer in ("hidden", "robustness") and t.passed is not None]
     return bool(visible) and all(t.passed for t in visible) and any(not t.passed for t in rest)
