@@ -11,5 +11,6 @@ its in-flight work is finished or given back. Users add kinds of their own in co
 """
 
 KINDS: dict[str, str] = {
+    "executor": "actors.executor:run",
     "judge": "actors.judge:run",
 }

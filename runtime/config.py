@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
 from judging.config import JudgeConfig
 from runtime.section import Section
@@ -108,6 +109,7 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    executor: ExecutorConfig = ExecutorConfig()
     judge: JudgeConfig = JudgeConfig()
 
 
