@@ -205,3 +205,41 @@ async def test_a_stopped_docker_engine_drops_the_attempt_without_a_reward():
     assert (j.judgement.outcome, j.judgement.reward, j.judgement.cause) == ("dropped", None, "infra.sandbox")
     assert j.retries == JudgeConfig().max_retries and j.result.sandbox_failed
     assert "sandbox failed" in j.judgement.evidence
+
+
+async def test_the_executor_killed_mid_job_gives_no_reward_until_a_clean_rerun(make_stack, bus, backend):
+    """kill -9 of the executor process while it runs a job: the request comes back to a fresh
+    executor, and the one verdict is from that complete run; the kill is on record."""
+    from bus import subjects
+    from bus.messages import Event, Heartbeat, Verdict
+
+    stack = make_stack("[supervisor]\nrestart_backoff_s = 0.2\n"
+                       "[actors.count]\njudge = 1\nexecutor = 1\n"
+                       '[executor.sandbox]\nbackend = "subprocess"\n')
+    stack.start()
+    await bus.publish(subjects.ATTEMPTS, attempt(SLOW_LOAD, SLOW_CODE, attempt_id="k1.0"), msg_id="k1.0")
+    with anyio.fail_after(60):
+        while not any("harness.py" in _cmdline(pid) for pid in _all_pids()):
+            await anyio.sleep(0.05)
+    beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="executor.")
+    [victim] = [b.pid for b in beats.values()]
+    os.kill(victim, signal.SIGKILL)
+    with anyio.fail_after(90):
+        async for _, verdict, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict):
+            break
+    assert (verdict.verdict_id, verdict.outcome, verdict.reward) == ("k1.0", "pass", 1.0)
+    events = [e async for _, e, _ in bus.replay(subjects.STREAM_EVENTS, subjects.event_filter(), Event, follow=False)]
+    assert any(e.event == "actor.exited" and e.fields.get("kind") == "executor" for e in events)
+    done = [e for e in events if e.event == "exec.completed" and e.fields.get("request_id") == "k1.0/t1/r0"]
+    assert len(done) == 1
+
+
+def _all_pids() -> list[int]:
+    return [int(p) for p in os.listdir("/proc") if p.isdigit()]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
