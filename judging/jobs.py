@@ -96,7 +96,7 @@ def expected_ids(spec: dict) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for layer in spec["layers"]:
         if "check" in layer:
-            n = checks.plan_check(layer["check"]).tests
+            n = check_tests(layer["check"])
         else:
             n = len(layer.get("cases", layer.get("runs", [])))
         out[layer["name"]] = [f"{layer['name']}/{i}" for i in range(n)]
@@ -104,6 +104,12 @@ def expected_ids(spec: dict) -> dict[str, list[str]]:
     n = len(rb.get("cases", [])) + len(rb.get("inputs", [])) + int(rb.get("count", 0))
     out["robustness"] = [f"robustness/{i}" for i in range(n)]
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def check_tests(source: str) -> int:
+    """How many tests a check source holds (parsed once per distinct source)."""
+    return checks.plan_check(source).tests
 
 
 def _random(task: Task, default: int) -> dict:
