@@ -27,7 +27,7 @@ from judging.harness import checks, wire
 
 COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
-SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "wire.py")
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
 MODES = {"python_io": "function", "python_check": "check", "script_io": "script"}
 DEFAULT_RANDOM = 10
 

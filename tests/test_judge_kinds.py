@@ -120,3 +120,17 @@ async def test_judging_the_same_attempts_twice_gives_the_same_verdicts(backend):
         assert same(va) == same(vb), (va.cause, va.evidence, vb.evidence)
         assert a.judgement.digest == b.judgement.digest
     assert len({j.judgement.digest for j in first}) == len(first)
+
+
+@pytest.mark.parametrize("code,cause", [
+    ("    x = bytearray(10 ** 11)\n    return x\n", "model.oom"),
+    ("    while True:\n        print('spam' * 100)\n", "model.output_limit"),
+    ("    import sys\n    sys.exit(3)\n", "model.suspicious_exit"),
+    ("    return add(x, y)\n", "model.runtime_error"),
+    ("    import numpy_that_does_not_exist\n    return x + y\n", "model.runtime_error"),
+])
+async def test_each_model_cause_is_named_with_evidence(backend, code, cause):
+    """Its own allocation, its own flood, its own exit and its own errors are the model's."""
+    [j] = await judge(backend, [attempt(humaneval()["HumanEval/53"], code)])
+    assert (j.judgement.outcome, j.judgement.cause) == ("fail", cause), j.judgement.evidence
+    assert j.judgement.evidence and j.retries == 0

@@ -33,21 +33,14 @@ sys.path.insert(0, HERE)
 import channel  # noqa: E402
 import checks  # noqa: E402
 import mutate  # noqa: E402
+from proxy import Proxy  # noqa: E402
 import wire  # noqa: E402
 
-SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "wire.py")
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
 
 
 class BudgetSpent(BaseException):
     """The harness's own deadline passed: stop running tests, report what is left."""
-
-
-class CandidateFailure(BaseException):
-    """A call to the candidate ended without a value (timeout, exit, kill, flood, refusal)."""
-
-    def __init__(self, outcome: dict) -> None:
-        super().__init__(outcome["detail"])
-        self.outcome = outcome
 
 
 class Report:
@@ -264,54 +257,6 @@ class Session:
             outcome["reference"] = ref.get("value", ref.get("stdout"))
             outcome["input"] = given
             self.test(test_id, "robustness", outcome)
-
-
-class Proxy:
-    """Stands in for the candidate inside trusted test code; every call crosses a pipe."""
-
-    def __init__(self, session: Session, who: str) -> None:
-        self.session, self.who = session, who
-        self.failure: dict | None = None
-
-    def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError("keyword arguments are not passed to the candidate")
-        outcome = self.session.call(self.who, wire.encode(list(args)))
-        if outcome["status"] == "ok":
-            return wire.decode(outcome["value"])
-        if outcome["status"] == "error":
-            raise _rebuild(outcome)
-        self.failure = self.failure or outcome
-        raise CandidateFailure(outcome)
-
-    def step(self, src: str, ns: dict) -> dict:
-        self.failure = None
-        try:
-            exec(compile(src, "<test>", "exec"), ns)
-            outcome = {"status": "ok", "detail": ""}
-        except CandidateFailure as exc:
-            outcome = exc.outcome
-        except AssertionError as exc:
-            outcome = {"status": "fail", "detail": f"assertion failed{': ' + str(exc) if str(exc) else ''}"}
-        except ImportError as exc:
-            outcome = {"status": "infra", "detail": f"test code cannot import: {exc}"}
-        except Exception as exc:  # noqa: BLE001 - a candidate error or a test error is a failure
-            outcome = getattr(exc, "_whet_outcome", None) or {
-                "status": "fail", "detail": f"{type(exc).__name__}: {exc}"[:500]}
-        return self.failure or outcome
-
-
-def _rebuild(outcome: dict) -> Exception:
-    """The candidate's exception as one of the same built-in type, so tests can expect it."""
-    kind = getattr(builtins, outcome.get("etype", ""), None)
-    if not (isinstance(kind, type) and issubclass(kind, Exception)):
-        kind = RuntimeError
-    try:
-        exc = kind(outcome["detail"][-300:])
-    except Exception:  # noqa: BLE001 - exceptions with odd constructors
-        exc = RuntimeError(outcome["detail"][-300:])
-    exc._whet_outcome = outcome
-    return exc
 
 
 def _exec_trusted(source: str, ns: dict) -> None:
