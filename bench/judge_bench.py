@@ -4,7 +4,7 @@ Measured side by side in one run (the machine is shared and noisy; the ratios ar
 result):
 
 - baseline: a typical unittest attempt executed in the sandbox backend (`python3 -m unittest`
-  on a 5-test module, the sandbox bench's workload), median of repeats; for reference also
+  on a 5-test module, the workload of bench/sandbox_bench.py), median of repeats; for reference also
   the judge's own harness job for a HumanEval attempt;
 - judge, in process: 1,000 verdicts through the judge's code path minus the execution:
   extract the candidate, build the job, encode the request, decode the result, score,
@@ -12,7 +12,8 @@ result):
   real runs stand in for the executions;
 - judge, over the bus: the judge actor on a real nats-server, 1,000 attempts published, a
   stub executor answering each request with a recorded result (its nonce rewritten); wall
-  time per verdict from first publish to last verdict stored, NATS and the stub included.
+  time per verdict from first publish to last verdict stored (NATS and the stub, which share
+  the CPU with the judge here, included: an upper bound).
 
 Target: judge overhead per verdict < 5% of the unittest attempt's execution.
 
@@ -37,7 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bus import subjects  # noqa: E402
 from bus.codec import decode, encode  # noqa: E402
-from bus.messages import ExecutionDone, ExecutionRequest, Job, Verdict  # noqa: E402
+from bench.sandbox_bench import WORKLOADS  # noqa: E402
+from bus.messages import ExecutionDone, ExecutionRequest, Verdict  # noqa: E402
 from envs.humaneval import import_file  # noqa: E402
 from judging.config import JudgeConfig  # noqa: E402
 from judging.jobs import build_job  # noqa: E402
@@ -46,16 +48,8 @@ from sandbox import open_backend  # noqa: E402
 from sandbox.config import SandboxConfig  # noqa: E402
 from tests.judging_support import attempt  # noqa: E402
 
-UNITTEST = Job(command=["python3", "-m", "unittest", "-q", "test_small"], files={"test_small.py": b'''import unittest
-
-class Small(unittest.TestCase):
-    def test_add(self): self.assertEqual(1 + 1, 2)
-    def test_str(self): self.assertIn("a", "abc")
-    def test_list(self): self.assertEqual(sorted([3, 1, 2]), [1, 2, 3])
-    def test_dict(self): self.assertEqual({"a": 1}.get("a"), 1)
-    def test_raise(self):
-        with self.assertRaises(ZeroDivisionError): 1 / 0
-'''})
+UNITTEST = WORKLOADS["unittest"]
+"The sandbox benchmark's small unittest job: a typical unittest attempt."
 
 
 def sample_attempts() -> list:
