@@ -96,7 +96,10 @@ def expected_ids(spec: dict) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for layer in spec["layers"]:
         if "check" in layer:
-            n = check_tests(layer["check"])
+            try:
+                n = check_tests(layer["check"])
+            except (SyntaxError, ValueError) as exc:
+                raise TaskError(f"verifier.{layer['name']}: {exc}") from None
         else:
             n = len(layer.get("cases", layer.get("runs", [])))
         out[layer["name"]] = [f"{layer['name']}/{i}" for i in range(n)]

@@ -18,6 +18,7 @@ structured documents). It does no I/O.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -119,13 +120,18 @@ def dropped(cause: Cause, layers: list[LayerResult], tests: list[ScoredTest]) ->
 def judge_document(task: Task, cand: Candidate, turns: int, weights: RewardConfig) -> Judgement:
     """Structured tasks: schema into the structure layer, content rules into visible/hidden."""
     v = task.verifier
-    schema = json.loads(v.extra.get("schema", "{}") or "{}")
-    violations = structured.schema_errors(cand.value, schema)
-    tests = []
-    for layer, text in (("visible", v.visible), ("hidden", v.hidden)):
-        for i, rule in enumerate(structured.rules_of(text, layer)):
-            ok, detail = structured.check_rule(cand.value, rule)
-            tests.append(ScoredTest(f"{layer}/{i}", layer, ok, "ok" if ok else "wrong", detail, {}))
+    try:
+        schema = json.loads(v.extra.get("schema", "{}") or "{}")
+        rules = [(layer, structured.rules_of(text, layer)) for layer, text in (("visible", v.visible), ("hidden", v.hidden))]
+    except ValueError as exc:
+        return dropped(Cause("infra.bad_task", f"structured verifier data: {exc}"), [], [])
+    try:
+        violations = structured.schema_errors(cand.value, schema)
+        tests = [ScoredTest(f"{layer}/{i}", layer, ok, "ok" if ok else "wrong", detail, {})
+                 for layer, layer_rules in rules
+                 for i, (ok, detail) in enumerate(structured.check_rule(cand.value, r) for r in layer_rules)]
+    except re.error as exc:
+        return dropped(Cause("infra.bad_task", f"structured verifier pattern: {exc}"), [], [])
     base = cand.structure(task)
     structure = LayerResult(name="structure", passed=base.passed + (not violations), total=base.total + 1,
                             ok=base.ok and not violations,
