@@ -243,3 +243,17 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.usefixtures("backend")
+async def test_a_module_the_runtime_owes_is_missing_so_the_attempt_is_dropped():
+    """A task that requires a module the runtime lacks is the environment's fault, not the model's."""
+    task = io_task([([[1, 2]], 3)], [([[4]], 4)], "def f(xs):\n    return sum(xs)\n",
+                   requires="whet_module_nobody_installed")
+    [j] = await judge(backend_plain(), [attempt(task, "def f(xs):\n    return sum(xs)\n")])
+    assert (j.judgement.outcome, j.judgement.reward, j.judgement.cause) == ("dropped", None, "infra.missing_dependency")
+    assert "whet_module_nobody_installed" in j.judgement.evidence and j.retries == JudgeConfig().max_retries
+
+
+def backend_plain() -> PlainBackend:
+    return PlainBackend(SandboxConfig(backend="subprocess"))
