@@ -8,10 +8,11 @@ Infrastructure causes, which must never become rewards: `infra.sandbox` (launche
 harness), `infra.resource_exhausted` (by other jobs), `infra.executor_killed`,
 `infra.cpu_starvation`, `infra.missing_dependency`.
 
-CPU starvation is told apart from a slow program by the run-queue delay the harness measured
-for the call that timed out (waiting to run, not running), and at job level by CPU time
-against wall time; where neither settles it, the doubt goes to infrastructure, so the
-attempt is re-run rather than punished. It does NOT detect hacks (`judging.hacks`).
+CPU starvation is told apart from a slow program by how the call ended: a call that used its
+CPU budget is slow by itself however busy the machine was; one that reached the deadline
+having waited to run more than it ran (the run-queue delay the harness measured) was
+starved. At job level, CPU time against wall time decides. Where neither settles it, the
+doubt goes to infrastructure, so the attempt is re-run rather than punished. It does NOT detect hacks (`judging.hacks`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def attribute(task: Task, result: ExecutionResult, report: Report,
         # Tests left unrun when the budget ran out are the consequence of the calls that
         # timed out, whose own evidence says whose fault that was.
         failing = [t for t in failing if t.status != "missing"]
+    if any(t.status == "timeout" and t.record.get("limit") == "cpu" for t in failing):
+        # A call that spent its CPU budget is slow by itself; calls later cut off by the
+        # harness's deadline (which it ate) say nothing about the machine.
+        failing = [t for t in failing if t.status != "timeout" or t.record.get("limit") == "cpu"]
     causes = [cause_of_test(t, task, result) for t in failing]
     for cause in causes:
         if cause.infra:
@@ -139,6 +144,8 @@ def timeout_cause(rec: dict, evidence: str) -> Cause:
     cpu = float(rec.get("cpu_s", 0.0))
     delay = rec.get("run_delay_s")
     usage = f"cpu {cpu:.2f} s, waiting to run {delay if delay is not None else '?'} s, of {wall:.2f} s wall"
+    if rec.get("limit") == "cpu":
+        return Cause("model.timeout", f"{evidence}; spinning: {usage}")
     waited = float(delay) if delay is not None else 0.0
     if delay is not None and waited >= STARVED * wall and waited > cpu:
         return Cause("infra.cpu_starvation", f"{evidence}; starved: {usage}")

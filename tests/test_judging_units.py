@@ -131,9 +131,11 @@ def test_job_level_attribution(result, report, cause):
     ({"wall_s": 1.0, "cpu_s": 0.4, "run_delay_s": 0.55}, "infra.cpu_starvation"),
     ({"wall_s": 1.0, "cpu_s": 0.45, "run_delay_s": 0.4}, "model.timeout"),
     ({"wall_s": 1.0, "cpu_s": 0.05}, "infra.cpu_starvation"),
+    ({"wall_s": 3.0, "cpu_s": 0.4, "run_delay_s": 2.6, "limit": "cpu"}, "model.timeout"),
 ])
 def test_a_timed_out_call_is_told_apart_by_cpu_and_run_queue_time(record, cause):
-    """Spinning and sleeping are the model's; waiting to run (or not knowing) is the machine's."""
+    """Spending its CPU budget or sleeping is the model's; waiting to run (or not knowing) is
+    the machine's."""
     assert timeout_cause(record, "hidden/0").cause == cause
 
 
