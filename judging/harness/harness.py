@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -151,6 +152,7 @@ class Session:
     def close(self) -> None:
         for ch in self.channels.values():
             ch.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)  # a plain backend's /tmp is shared
 
     # --- layers --------------------------------------------------------------------------
 
