@@ -145,6 +145,9 @@ def main() -> None:
     if "plain" not in names:
         names.insert(0, "plain")
     levels = [int(c) for c in args.concurrency.split(",")]
+    from runtime import log as log_mod
+
+    log_mod.configure(kind="bench", instance="sandbox", level="warning")
     results = anyio.run(bench, names, levels, args.jobs)
     print(table(results, names, levels))
     for (name, workload, c), row in results.items():

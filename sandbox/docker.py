@@ -34,7 +34,7 @@ from sandbox import cgroups, engine, envs
 from sandbox.config import SandboxConfig
 from sandbox.launch import WORK, job_env
 from sandbox.local import write_job_files
-from sandbox.outcome import Observed, bad_job, nothing_to_run, result_of, sandbox_failure, split_shell_code
+from sandbox.outcome import Observed, bad_job, finished, nothing_to_run, sandbox_failure, split_shell_code
 from sandbox.pipes import CappedReader, close_quietly
 from sandbox.slots import SlotPool
 
@@ -86,14 +86,22 @@ class JobChannels:
 
     @property
     def read_fds(self) -> list[int]:
-        return self.fds[0::2]
+        return list(self.fds[0::2])
 
     def release(self) -> None:
         """Drop our write ends: readers see EOF once the container's writers are gone too."""
-        close_quietly(*(fd for fd in self.fds[1::2] if fd >= 0))
+        self._close(range(1, len(self.fds), 2))
 
     def close(self) -> None:
-        close_quietly(*(fd for fd in self.fds if fd >= 0))
+        self._close(range(len(self.fds)))
+
+    def _close(self, positions) -> None:
+        # Each fd is closed once: a second close could hit a number reused meanwhile
+        # (by the engine client's own socket, for one).
+        for i in positions:
+            if self.fds[i] >= 0:
+                close_quietly(self.fds[i])
+                self.fds[i] = -1
 
 
 class DockerBackend:
@@ -238,7 +246,7 @@ class DockerBackend:
             state = (await container.show())["State"]
             channels.release()
             with anyio.move_on_after(DRAIN_S):
-                for reader in readers:
+                for reader in readers[:3]:  # the status FIFO is the warm pool's only
                     await reader.eof.wait()
             tg.cancel_scope.cancel()
         return state.get("ExitCode"), bool(state.get("OOMKilled"))
@@ -254,14 +262,10 @@ class DockerBackend:
             seen.exit_code, seen.signal = split_shell_code(code)
         elif seen.timed_out:
             seen.signal = 9
-        seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
-        seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        seen.take_output(out, err, rep)
         if code == 125 and not seen.stderr and not seen.timed_out:
             return sandbox_failure(self.name, "the job wrapper could not open its channels", seen.wall_s)
-        result = result_of(seen, job, self.name)
-        log.info("sandbox.finished", backend=self.name, status=result.status,
-                 exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
-        return result
+        return finished(seen, job, self.name)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
