@@ -15,4 +15,5 @@ KINDS: dict[str, str] = {
     "generator": "actors.generator:run",
     "learner": "actors.learner:run",
     "executor": "actors.executor:run",
+    "judge": "actors.judge:run",
 }

@@ -27,6 +27,7 @@ from monitoring.config import MonitorConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
 from policy.config import GeneratorConfig, LearnerConfig, ModelConfig
+from judging.config import JudgeConfig
 from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -120,6 +121,7 @@ class RunConfig(Section):
     generator: GeneratorConfig = GeneratorConfig()
     learner: LearnerConfig = LearnerConfig()
     executor: ExecutorConfig = ExecutorConfig()
+    judge: JudgeConfig = JudgeConfig()
 
 
 def load(path: str | Path) -> RunConfig:
