@@ -23,7 +23,7 @@ from pathlib import Path
 import anyio
 import structlog
 
-from bus import subjects
+from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import Verdict
 from bus.nats_bus import Bus
@@ -202,6 +202,7 @@ class Learner:
         self.bus.stats.processed = self.samples
         self.bus.stats.gauges.update({k: float(v) for k, v in fields.items()
                                       if isinstance(v, (int, float)) and k != "trained_at"})
+        self.bus.stats.gauges[gauges.LEARNER_STEP_TIME_S] = round(seconds, 3)
 
 
 async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:

@@ -10,6 +10,8 @@ lifetime average, so a stall shows.
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Literal
 
 GENERATOR_TOKENS_PER_S = "tokens_per_s"
@@ -27,3 +29,25 @@ THROUGHPUT: dict[str, tuple[str, str, Combine]] = {
     "executor_jobs_per_s": ("executor", EXECUTOR_JOBS_PER_S, "sum"),
 }
 "Snapshot name: (actor kind, gauge, how instances combine)."
+
+
+class RecentRate:
+    """Events per second over the last `window_s` seconds (for the *_per_s gauges)."""
+
+    def __init__(self, window_s: float = 30.0) -> None:
+        self.window_s = window_s
+        self.times: deque[float] = deque()
+
+    def tick(self, now: float | None = None) -> float:
+        """Count one event; return the current rate."""
+        now = time.monotonic() if now is None else now
+        self.times.append(now)
+        return self.per_s(now)
+
+    def per_s(self, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        while self.times and self.times[0] < now - self.window_s:
+            self.times.popleft()
+        if len(self.times) < 2:
+            return 0.0
+        return round(len(self.times) / max(now - self.times[0], 1e-9), 3)
