@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from bus import gauges
 from bus.messages import Heartbeat, MetricsSnapshot, QueueDepth
-from bus.nats_bus import StreamState
+from bus.nats_reads import StreamState
 from monitoring import metrics
 from monitoring.alerts import HeldoutSeries
 from monitoring.config import MonitorConfig
