@@ -16,6 +16,7 @@ import nats.js.errors
 
 from bus import subjects
 from bus.codec import decode, encode
+from bus.errors import BusUnavailable
 from bus.messages import Message
 from bus.nats_retry import RETRYABLE
 
@@ -82,14 +83,19 @@ class KeyValueCalls:
 
     async def kv_watch(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
         """Yield the current value of `key` (if any), then every later update."""
-        kv = await self.js.key_value(bucket)
-        watcher = await kv.watch(key, ignore_deletes=True)
+        try:
+            kv = await self.js.key_value(bucket)
+            watcher = await kv.watch(key, ignore_deletes=True)
+        except nats.errors.Error as exc:
+            raise BusUnavailable(f"watch {bucket}/{key}: {exc!r}") from exc
         try:
             while True:
                 try:
                     entry = await watcher.updates(timeout=30)
                 except (nats.errors.TimeoutError, TimeoutError):
                     continue
+                except nats.errors.Error as exc:
+                    raise BusUnavailable(f"watch {bucket}/{key}: {exc!r}") from exc
                 if entry is not None and entry.value:
                     yield decode(entry.value, cls)
         finally:

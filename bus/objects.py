@@ -24,7 +24,7 @@ import nats.js.errors
 from nats.js import api
 from nats.js.kv import MSG_ROLLUP_SUBJECT
 
-from bus.errors import ObjectCorrupt
+from bus.errors import ObjectCorrupt, ObjectMissing
 from bus.nats_bus import Bus
 
 CHUNK_BYTES = 1024 * 1024
@@ -134,7 +134,7 @@ async def read_object(bus: Bus, bucket: str, name: str) -> bytearray:
     """`get_object` into a fresh bytearray, without the final copy to bytes."""
     info = await _info(bus, bucket, name)
     if info is None:
-        raise nats.js.errors.ObjectNotFoundError()
+        raise ObjectMissing(f"{bucket}/{name}: no such object")
     out = bytearray(info.size or 0)
     if not info.size:
         return out

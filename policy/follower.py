@@ -13,12 +13,10 @@ import time
 
 import anyio
 import anyio.abc
-import nats.errors
-import nats.js.errors
 import structlog
 
 from bus import subjects
-from bus.errors import BusError, ObjectCorrupt
+from bus.errors import BusError, ObjectCorrupt, ObjectMissing
 from bus.messages import WeightVersion
 from bus.nats_bus import Bus
 from policy.engine import Engine
@@ -62,7 +60,7 @@ class WeightFollower:
                     if self.announced is None or record.version > self.announced.version:
                         self.announced = record
                         self._announced_changed.set()
-            except (BusError, nats.errors.Error, OSError) as exc:
+            except (BusError, OSError) as exc:
                 log.warning("generator.version_watch_failed", error=repr(exc))
                 await anyio.sleep(1.0)
 
@@ -75,7 +73,7 @@ class WeightFollower:
                 continue
             try:
                 await self._load(record)
-            except nats.js.errors.ObjectNotFoundError:
+            except ObjectMissing:
                 log.info("generator.version_skipped", policy_version=record.version,
                          reason="pruned before it was fetched")
             except (ObjectCorrupt, TimeoutError, BusError) as exc:

@@ -54,7 +54,7 @@ async def publish_weights(bus: Bus, version: int, blob: bytes | Sequence[memoryv
 async def fetch_weights(bus: Bus, version: WeightVersion) -> bytearray | None:
     """The weight bytes of `version`; None for the version-0 weights (object name '').
 
-    Raises nats' ObjectNotFoundError once the version is pruned, ObjectCorrupt on a bad checksum.
+    Raises ObjectMissing once the version is pruned, ObjectCorrupt on a bad checksum.
     """
     if not version.object_name:
         return None
