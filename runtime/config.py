@@ -84,6 +84,8 @@ class SupervisorConfig(Section):
     "Longest restart delay."
     threads_per_actor: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     "torch/BLAS threads per actor process, so actors do not fight over the cores."
+    threads: dict[str, Annotated[int, msgspec.Meta(ge=1, le=64)]] = {}
+    "Per-kind override of threads_per_actor, e.g. {learner = 2}."
 
 
 class TrainingConfig(Section):
@@ -95,6 +97,8 @@ class TrainingConfig(Section):
     "Attempts per task (the GRPO group)."
     max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 2
     "async: policy versions a sample may lag behind the learner. sync uses 0."
+    max_steps: Annotated[int, msgspec.Meta(ge=0)] = 0
+    "Stop the stack after this many learner steps (0: run until stopped)."
 
     @property
     def staleness(self) -> int:

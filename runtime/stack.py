@@ -26,13 +26,14 @@ from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
 from runtime.embedded import EmbeddedServer
 from runtime.rundir import RunDir
+from runtime import progress
 from runtime.supervisor import Supervisor
 
 log = structlog.get_logger("runtime.stack")
 
 
-async def serve(cfg: RunConfig, run_dir: RunDir, *, on_ready=None) -> None:
-    """Run the stack in this process until a stop signal; `on_ready(bus)` runs once it serves."""
+async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
+    """Run the stack in this process until a stop signal (or, training, `max_steps`)."""
     secrets = credentials.secrets_dir(cfg, run_dir)
     server, url = await _start_server(cfg, run_dir, secrets)
     run_dir.url_file.write_text(url + "\n")
@@ -57,8 +58,9 @@ async def serve(cfg: RunConfig, run_dir: RunDir, *, on_ready=None) -> None:
                 tg.start_soon(autoscale.run_autoscaler, bus, cfg.autoscale, supervisor.counts)
             log.info("stack.ready", run_id=run_dir.run_id, url=url, actors=supervisor.counts())
             (run_dir.path / "ready").write_text(f"{time.time()}\n")
-            if on_ready is not None:
-                tg.start_soon(on_ready, bus)
+            if cfg.actors.count.get("learner"):
+                pids = lambda: supervisor.child_pids() + ([server.pid] if server else [])  # noqa: E731
+                tg.start_soon(progress.follow, bus, cfg, run_dir, pids)
             await bus.stopping.wait()
             await supervisor.done.wait()
             tg.cancel_scope.cancel()
