@@ -57,6 +57,23 @@ def stage_learner(model: Path, device: str, smoke: bool) -> dict:
     return r
 
 
+def stage_learner_probe(model: Path, device: str, smoke: bool) -> dict:
+    """The learner's Trainer against a bare step on the same engine, in one process."""
+    import os
+    import subprocess
+    import sys
+
+    batch, tokens, steps = (2, 32, 2) if smoke else (32, 512, 5)
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / "learner_probe.py"), "--device",
+                          device, "--model-path", str(model), "--batch", str(batch), "--tokens",
+                          str(tokens), "--steps", str(steps)],
+                         env={**os.environ, "DS_ACCELERATOR": device, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=240)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("learner probe")), "")
+    print(line or f"learner probe: no result; stderr: {out.stderr[-1500:]}", flush=True)
+    return {"line": line, "returncode": out.returncode}
+
+
 def _prompts(n: int) -> list[list[int]]:
     return [[1, 9690, 198, 2683, 314, 260, 3575, 282, 4649, 30] + [100 + i] for i in range(n)]
 
@@ -73,7 +90,8 @@ async def _engine_rate(engine, prompts: list[list[int]], new_tokens: int) -> flo
 
         async def one(p: list[int]) -> None:
             nonlocal tokens
-            tokens += sum(len(s.token_ids) for s in await engine.generate(SampleRequest(p, 1, settings)))
+            samples = await engine.generate(SampleRequest(p, 1, settings))
+            tokens += sum(len(s.token_ids) for s in samples)  # add after the await, not across it
 
         async with anyio.create_task_group() as inner:
             for p in prompts:
@@ -167,6 +185,7 @@ def main(out: Path, device: str, smoke: bool) -> int:
     began = time.monotonic()
     model = build_model(Path("/tmp/whet-gpu-model"), device)
     stages = [("learner", lambda: stage_learner(model, device, smoke)),
+              ("learner_probe", lambda: stage_learner_probe(model, device, smoke)),
               ("torch_engine", lambda: stage_torch_engine(model, device, smoke)),
               ("vllm", lambda: stage_vllm(model, smoke))]
     failed = 0
