@@ -1,0 +1,193 @@
+"""Quality gates at intake: a task is accepted only if its reference and tests hold up.
+
+Consumes a `Task`, a sandbox backend and `GateConfig`; produces a `GateReport` (accepted, or
+rejected with reasons) and tallies of rejections by reason. Code runs only through the
+judging API (`judging.verify.check_code`), the same path the judge scores attempts with.
+
+- validity: the verifier record is complete for its kind (parsable case lists, a reference);
+- solvability: the reference passes every test;
+- determinism: a second run of the reference produces the same outputs (digest);
+- mutation: mutants of the reference (`envs.mutants`) must fail; a task whose tests kill
+  fewer than `min_kill_rate` of them is rejected, naming the mutants that survived.
+
+Difficulty is not a gate here: the sampler grades it from measured pass rates over time.
+An infrastructure failure (sandbox down) is its own reason, never blamed on the task.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import anyio
+import msgspec
+
+from bus.messages import Task
+from envs.config import GateConfig
+from envs.mutants import Mutant, json_mutants, python_mutants
+
+KINDS = ("python_io", "python_check", "script_io", "structured")
+
+
+@dataclass
+class GateReport:
+    """What the gates found for one task."""
+
+    task_id: str
+    accepted: bool = True
+    reasons: list[str] = field(default_factory=list)
+    "Rejection reasons: invalid, unsolvable, nondeterministic, weak_tests, infra."
+    detail: list[str] = field(default_factory=list)
+    mutants: int = 0
+    killed: int = 0
+    survivors: list[str] = field(default_factory=list)
+    "Descriptions of the mutants the tests did not kill."
+    seconds: float = 0.0
+
+    @property
+    def kill_rate(self) -> float | None:
+        return self.killed / self.mutants if self.mutants else None
+
+    def reject(self, reason: str, detail: str) -> None:
+        self.accepted = False
+        self.reasons.append(reason)
+        self.detail.append(detail)
+
+
+@dataclass
+class GateTally:
+    """Accepted tasks and rejections by reason, for reports and gauges."""
+
+    accepted: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def add(self, report: GateReport) -> None:
+        if report.accepted:
+            self.accepted += 1
+        else:
+            self.rejected.update(report.reasons)
+
+
+def validity_problems(task: Task) -> list[str]:
+    """What is missing or malformed in the verifier record (empty when it is usable)."""
+    v = task.verifier
+    problems = []
+    if v.kind not in KINDS:
+        return [f"verifier.kind: {v.kind!r} is not one of {list(KINDS)}"]
+    if not v.reference.strip():
+        problems.append("verifier.reference: empty (the solvability gate needs one)")
+    if v.kind == "python_io" and not task.entry_point:
+        problems.append("entry_point: python_io tasks name the function to call")
+    lists = ("visible", "hidden") if v.kind in ("python_io", "script_io") else ()
+    lists += ("extra.robustness",) if "robustness" in v.extra else ()
+    lists += ("hidden",) if v.kind == "structured" else ()
+    for name in lists:
+        text = v.extra["robustness"] if name == "extra.robustness" else getattr(v, name)
+        try:
+            value = json.loads(text) if text.strip() else []
+        except ValueError as exc:
+            problems.append(f"verifier.{name}: not JSON ({exc})")
+            continue
+        if not isinstance(value, list):
+            problems.append(f"verifier.{name}: expected a JSON list")
+    if v.kind == "structured":
+        try:
+            json.loads(v.extra.get("schema", "{}"))
+            json.loads(v.reference)
+        except ValueError as exc:
+            problems.append(f"verifier.extra.schema or reference: not JSON ({exc})")
+    if v.kind == "python_check" and not v.hidden.strip():
+        problems.append("verifier.hidden: python_check needs the test source")
+    return problems
+
+
+def mutants_for(task: Task, *, limit: int, seed: int = 0) -> list[tuple[Mutant, str]]:
+    """(mutant, code to check) of the task's reference, at most `limit`."""
+    v = task.verifier
+    if v.kind == "structured":
+        return [(m, m.source) for m in json_mutants(v.reference, limit=limit, seed=seed)]
+    if v.kind == "python_check":
+        # The completion continues the prompt; a mutant is the whole program, whose
+        # redefinition of the entry point replaces the prompt's stub.
+        prefix = v.extra.get("prefix", "")
+        first = prefix.count("\n") + 1
+        found = python_mutants(prefix + v.reference, limit=limit, seed=seed, first_line=first)
+        return [(m, "\n" + m.source) for m in found]
+    return [(m, m.source) for m in python_mutants(v.reference, limit=limit, seed=seed)]
+
+
+def _quick(task: Task, timeout_s: float) -> Task:
+    limits = msgspec.structs.replace(task.limits, timeout_s=min(task.limits.timeout_s, timeout_s),
+                                     cpu_s=min(task.limits.cpu_s, timeout_s))
+    return msgspec.structs.replace(task, limits=limits)
+
+
+async def gate_task(task: Task, backend, config: GateConfig,
+                    limiter: anyio.CapacityLimiter | None = None) -> GateReport:
+    """Run the gates on `task` (each sandboxed run under `limiter`)."""
+    from judging.verify import check_code  # the judge's scoring path, not a second runner
+
+    limiter = limiter or anyio.CapacityLimiter(config.concurrency)
+    report = GateReport(task.task_id)
+    started = time.monotonic()
+
+    async def check(t: Task, code: str):
+        async with limiter:
+            return await check_code(t, code, backend)
+
+    problems = validity_problems(task)
+    if problems:
+        report.reject("invalid", "; ".join(problems))
+        return report
+    runs = [None, None]
+
+    async def reference(i: int) -> None:
+        runs[i] = await check(task, task.verifier.reference)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(2 if "determinism" in config.checks else 1):
+            tg.start_soon(reference, i)
+    first, second = runs
+    if first is not None and first.cause.startswith("infra"):
+        report.reject("infra", f"reference run failed in the sandbox: {first.evidence[:200]}")
+    elif not first.ok:
+        report.reject("unsolvable", f"reference fails: {first.cause} ({first.passed}/"
+                                    f"{first.total} tests) {first.evidence[:200]}")
+    elif second is not None and second.outputs_digest != first.outputs_digest:
+        report.reject("nondeterministic", "two runs of the reference produced different outputs")
+    if report.accepted and "mutation" in config.checks:
+        await _mutation_gate(task, report, config, check)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _mutation_gate(task: Task, report: GateReport, config: GateConfig, check) -> None:
+    quick = _quick(task, config.mutant_timeout_s)
+    candidates = mutants_for(task, limit=config.max_mutants, seed=config.seed)
+    results: list[tuple[Mutant, object]] = []
+
+    async def run(m: Mutant, code: str) -> None:
+        results.append((m, await check(quick, code)))
+
+    async with anyio.create_task_group() as tg:
+        for mutant, code in candidates:
+            tg.start_soon(run, mutant, code)
+    infra = 0
+    for mutant, outcome in results:
+        if outcome.cause.startswith("infra"):
+            infra += 1
+            continue
+        report.mutants += 1
+        if outcome.ok:
+            report.survivors.append(f"{mutant.operator}: {mutant.description}")
+        else:
+            report.killed += 1
+    if infra:
+        report.detail.append(f"{infra} mutant runs failed in the sandbox and were not counted")
+    rate = report.kill_rate
+    if rate is not None and rate < config.min_kill_rate:
+        report.reject("weak_tests", f"tests kill {report.killed} of {report.mutants} mutants "
+                                    f"({rate:.0%} < {config.min_kill_rate:.0%}); survivors: "
+                                    + "; ".join(sorted(report.survivors)))
