@@ -10,4 +10,7 @@ its in-flight work is finished or given back. Users add kinds of their own in co
 (`[actors.target]`), without touching this file.
 """
 
-KINDS: dict[str, str] = {}
+KINDS: dict[str, str] = {
+    "sampler": "actors.sampler:run",
+    "evaluator": "actors.evaluator:run",
+}

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from bus.errors import ConfigError
+from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -107,6 +108,9 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    envs: EnvsConfig = EnvsConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    evaluator: EvaluatorConfig = EvaluatorConfig()
 
 
 def load(path: str | Path) -> RunConfig:
