@@ -13,4 +13,5 @@ its in-flight work is finished or given back. Users add kinds of their own in co
 KINDS: dict[str, str] = {
     "sampler": "actors.sampler:run",
     "evaluator": "actors.evaluator:run",
+    "judge": "actors.judge:run",
 }

@@ -307,6 +307,8 @@ class Verdict(Message, tag="whet.verdict.v1"):
     "Instance id of the judge."
     judged_at: float = 0.0
     "Unix time of the judgement."
+    retries: int = 0
+    "Re-runs after infrastructure failures before this verdict (a dropped one: all failed)."
 
 
 # --- weights, actors, operations ---------------------------------------------------------

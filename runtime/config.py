@@ -22,6 +22,7 @@ import msgspec
 
 from bus.errors import ConfigError
 from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
+from judging.config import JudgeConfig
 from runtime.section import Section
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -111,6 +112,7 @@ class RunConfig(Section):
     envs: EnvsConfig = EnvsConfig()
     sampler: SamplerConfig = SamplerConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
+    judge: JudgeConfig = JudgeConfig()
 
 
 def load(path: str | Path) -> RunConfig:

@@ -1,0 +1,148 @@
+"""Build the sandbox `Job` that checks a candidate at a task, for each executed verifier kind.
+
+Consumes a `Task` and a `Candidate`; produces a `Job`: the trusted harness scripts (package
+data of `judging.harness`) and `solution.py` as files, `python3 -I -S harness.py` as the command,
+and the spec on stdin: tests, the arguments of each case, the reference, a nonce. Expected
+values of cases (python_io, script_io) are never put in the job: the judge compares outside.
+`expected_ids` recomputes from a job which test ids its report must hold, so a report that
+stops early is caught. It runs nothing; `structured` tasks get no job at all.
+
+Verifier extras read here (besides those the kinds define): `random_cases` (how many
+randomized inputs, default 10 for functions, 0 for scripts without `generator`),
+`generator` (source defining `generate(rng)`: an argument list, or a script case) and
+`requires` (comma-separated modules the runtime must provide).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import secrets
+from importlib import resources
+
+from bus.messages import Job, Task
+from judging.extract import Candidate
+from judging.harness import checks, wire
+
+COMMAND = ["python3", "-I", "-S", "harness.py"]
+"The runtime's own Python, isolated from the environment and without site-packages."
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "wire.py")
+MODES = {"python_io": "function", "python_check": "check", "script_io": "script"}
+DEFAULT_RANDOM = 10
+
+
+class TaskError(ValueError):
+    """The task's verifier data is malformed (names the field)."""
+
+
+@functools.cache
+def shipped() -> dict[str, bytes]:
+    """The harness scripts, as they go into every job."""
+    root = resources.files("judging.harness")
+    return {name: root.joinpath(name).read_bytes() for name in SHIPPED}
+
+
+@functools.cache
+def shipped_digest() -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest() for name, data in shipped().items()}
+
+
+def build_job(task: Task, cand: Candidate, *, nonce: str | None = None) -> Job:
+    """The job that runs every test layer of `task` against `cand`."""
+    kind = task.verifier.kind
+    if kind not in MODES:
+        raise TaskError(f"verifier.kind: {kind!r} is not executed (expected one of {sorted(MODES)})")
+    spec = make_spec(task, nonce or secrets.token_hex(16))
+    files = {**shipped(), "solution.py": cand.code.encode()}
+    return Job(command=list(COMMAND), files=files, runtime=task.runtime,
+               stdin=json.dumps(spec).encode(), limits=task.limits,
+               expected_tests=sum(len(ids) for ids in expected_ids(spec).values()))
+
+
+def make_spec(task: Task, nonce: str) -> dict:
+    v = task.verifier
+    mode = MODES[v.kind]
+    limits = task.limits
+    spec = {"v": 1, "nonce": nonce, "mode": mode, "entry_point": task.entry_point,
+            "solution": "solution.py", "budget_s": round(max(limits.timeout_s * 0.75 - 0.3, 0.2), 3),
+            "call_timeout_s": round(max(limits.timeout_s * 0.25, 0.2), 3),
+            "memory_mb": limits.memory_mb, "output_bytes": max(limits.output_bytes // 4, 1024),
+            "requires": [m.strip() for m in v.extra.get("requires", "").split(",") if m.strip()]}
+    if mode == "check":
+        spec["prefix"] = v.extra.get("prefix", "")
+        spec["layers"] = [{"name": n, "check": src} for n, src in (("visible", v.visible), ("hidden", v.hidden)) if src.strip()]
+        spec["reference"] = (_with_newline(spec["prefix"]) + v.reference) if v.reference else ""
+        fixed = [_args(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
+        spec["robustness"] = {"inputs": fixed, **_random(task, default=DEFAULT_RANDOM)}
+    elif mode == "function":
+        spec["layers"] = [{"name": n, "cases": [_args(c, n) for c in _cases(src, n)]}
+                          for n, src in (("visible", v.visible), ("hidden", v.hidden))]
+        spec["reference"] = v.reference
+        cases = [_args(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
+        spec["robustness"] = {"cases": cases, **_random(task, default=DEFAULT_RANDOM if v.reference else 0)}
+    else:
+        spec["layers"] = [{"name": n, "runs": [_run(c, n) for c in _cases(src, n)]}
+                          for n, src in (("visible", v.visible), ("hidden", v.hidden))]
+        spec["reference"] = v.reference
+        cases = [_run(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
+        has_gen = bool(v.extra.get("generator")) and bool(v.reference)
+        spec["robustness"] = {"cases": cases, **_random(task, default=DEFAULT_RANDOM if has_gen else 0)}
+    return spec
+
+
+def expected_ids(spec: dict) -> dict[str, list[str]]:
+    """Every test id the harness must report for `spec`, by layer, in order."""
+    out: dict[str, list[str]] = {}
+    for layer in spec["layers"]:
+        if "check" in layer:
+            n = checks.plan_check(layer["check"]).tests
+        else:
+            n = len(layer.get("cases", layer.get("runs", [])))
+        out[layer["name"]] = [f"{layer['name']}/{i}" for i in range(n)]
+    rb = spec.get("robustness", {})
+    n = len(rb.get("cases", [])) + len(rb.get("inputs", [])) + int(rb.get("count", 0))
+    out["robustness"] = [f"robustness/{i}" for i in range(n)]
+    return out
+
+
+def _random(task: Task, default: int) -> dict:
+    extra = task.verifier.extra
+    try:
+        count = int(extra.get("random_cases", default))
+    except ValueError:
+        raise TaskError(f"verifier.extra.random_cases: expected an integer, got {extra['random_cases']!r}") from None
+    seed = int.from_bytes(hashlib.sha256(task.task_id.encode()).digest()[:4], "little")
+    return {"count": max(count, 0), "seed": seed, "generator": extra.get("generator", "")}
+
+
+def _cases(text: str, where: str) -> list:
+    if not text.strip():
+        return []
+    try:
+        cases = json.loads(text)
+    except ValueError as exc:
+        raise TaskError(f"verifier.{where}: not JSON: {exc}") from None
+    if not isinstance(cases, list):
+        raise TaskError(f"verifier.{where}: expected a JSON list of cases")
+    return cases
+
+
+def _args(case, where: str) -> list:
+    args = case.get("args") if isinstance(case, dict) else None
+    if not isinstance(args, list):
+        raise TaskError(f"verifier.{where}: each case needs an 'args' list")
+    return wire.encode(args)
+
+
+def _run(case, where: str) -> dict:
+    if not isinstance(case, dict) or not isinstance(case.get("stdin", ""), str):
+        raise TaskError(f"verifier.{where}: each case needs 'stdin' text")
+    files = case.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(t, str) for t in files.values()):
+        raise TaskError(f"verifier.{where}: 'files' must map names to text")
+    return {"stdin": case.get("stdin", ""), "files": files}
+
+
+def _with_newline(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"

@@ -1,0 +1,146 @@
+"""The judgement of one attempt: layers, cause, hack flags and reward, put together.
+
+Consumes a task, the candidate taken from the latest turn, and (for executed kinds) the job
+and its `ExecutionResult`; produces a `Judgement`, which becomes a `Verdict`. The order of
+decisions is the point of this module:
+
+1. an infrastructure cause read from the job as a whole (sandbox failure, a job killed from
+   outside, starvation) drops the attempt: no reward, whatever the tests said;
+2. hack signs zero it (`outcome="hack"`);
+3. otherwise the first failed test names the model cause (an infrastructure cause found in
+   a test, such as a starved call or a missing module, still drops it);
+4. it passes only when the structure layer and every counted test passed.
+
+`before_running` answers without a job when none is needed (code that does not compile, and
+structured documents). It does no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
+from judging import structured
+from judging.attribution import Cause, attribute, job_cause
+from judging.config import RewardConfig
+from judging.extract import Candidate, from_completion
+from judging.hacks import HackSign, detect
+from judging.harness import wire
+from judging.layers import TEST_LAYERS, TestResult, layer_results, score_tests
+from judging.report import read_report
+from judging.reward import compose
+
+
+@dataclass(frozen=True)
+class Judgement:
+    outcome: str
+    "'pass', 'fail', 'hack' or 'dropped' (infrastructure: no reward)."
+    reward: float | None
+    components: dict[str, float]
+    cause: str
+    evidence: str
+    layers: list[LayerResult]
+    tests: list[TestResult] = field(default_factory=list)
+    hacks: list[HackSign] = field(default_factory=list)
+    digest: str = ""
+    "Hash of what the candidate produced (determinism checks)."
+
+    @property
+    def infra(self) -> bool:
+        return self.outcome == "dropped"
+
+    def verdict(self, attempt: Attempt, *, judge: str, retries: int = 0) -> Verdict:
+        evidence = self.evidence if not retries else f"{self.evidence} (after {retries} re-runs)"
+        return Verdict(verdict_id=attempt.attempt_id, attempt=attempt, outcome=self.outcome,
+                       reward=self.reward, components=self.components, cause=self.cause,
+                       evidence=evidence[:2000], layers=self.layers,
+                       trainable=attempt.purpose == "train" and self.outcome != "dropped",
+                       judge=judge, judged_at=time.time(), retries=retries)
+
+
+def candidate_of(attempt: Attempt) -> Candidate:
+    """The candidate in the attempt's latest turn."""
+    return from_completion(attempt.task, attempt.turns[-1].completion if attempt.turns else "")
+
+
+def before_running(task: Task, cand: Candidate, turns: int, weights: RewardConfig) -> Judgement | None:
+    """The judgement when nothing needs to run, else None."""
+    if not cand.compiles:
+        reward, parts = compose(compiled=False, format_ok=cand.format_ok, layers=[], turns=turns,
+                                hack=False, weights=weights)
+        return Judgement("fail", reward, parts, "model.syntax_error", cand.compile_error,
+                         [cand.structure(task), *_empty_layers()])
+    if task.verifier.kind == "structured":
+        return judge_document(task, cand, turns, weights)
+    return None
+
+
+def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult, turns: int,
+                 weights: RewardConfig) -> Judgement:
+    """The judgement of an executed attempt."""
+    spec = json.loads(job.stdin)
+    report = read_report(result, spec["nonce"])
+    tests = score_tests(task, spec, report)
+    layers = [cand.structure(task), *layer_results(tests)]
+    job_level = job_cause(result, report, task.limits.memory_mb)
+    if job_level is not None and job_level.infra:
+        return dropped(job_level, layers, tests)
+    hacks = detect(task, cand, result, report, tests)
+    cause = attribute(task, result, report, tests)
+    if cause is not None and cause.infra and not hacks:
+        return dropped(cause, layers, tests)
+    if cause is None and not sum(layer.total for layer in layers[1:]):
+        return dropped(Cause("infra.sandbox", "no test counted: the task has no valid tests"), layers, tests)
+    return conclude(cand, layers, tests, hacks, cause, turns, weights, report.digest)
+
+
+def conclude(cand: Candidate, layers: list[LayerResult], tests: list[TestResult],
+             hacks: list[HackSign], cause: Cause | None, turns: int, weights: RewardConfig,
+             digest: str) -> Judgement:
+    reward, parts = compose(compiled=True, format_ok=cand.format_ok, layers=layers, turns=turns,
+                            hack=bool(hacks), weights=weights)
+    if hacks:
+        return Judgement("hack", reward, parts, hacks[0].cause,
+                         "; ".join(f"{h.kind}: {h.evidence}" for h in hacks)[:2000],
+                         layers, tests, hacks, digest)
+    if cause is None and not layers[0].ok:
+        cause = Cause("model.format", layers[0].detail)
+    if cause is not None:
+        return Judgement("fail", reward, parts, cause.cause, cause.evidence, layers, tests, [], digest)
+    return Judgement("pass", reward, parts, "", "", layers, tests, [], digest)
+
+
+def dropped(cause: Cause, layers: list[LayerResult], tests: list[TestResult]) -> Judgement:
+    return Judgement("dropped", None, {}, cause.cause, cause.evidence, layers, tests)
+
+
+def judge_document(task: Task, cand: Candidate, turns: int, weights: RewardConfig) -> Judgement:
+    """Structured tasks: schema into the structure layer, content rules into visible/hidden."""
+    v = task.verifier
+    schema = json.loads(v.extra.get("schema", "{}") or "{}")
+    violations = structured.schema_errors(cand.value, schema)
+    tests = []
+    for layer, text in (("visible", v.visible), ("hidden", v.hidden)):
+        for i, rule in enumerate(structured.rules_of(text, layer)):
+            ok, detail = structured.check_rule(cand.value, rule)
+            tests.append(TestResult(f"{layer}/{i}", layer, ok, "ok" if ok else "wrong", detail, {}))
+    base = cand.structure(task)
+    structure = LayerResult(name="structure", passed=base.passed + (not violations), total=base.total + 1,
+                            ok=base.ok and not violations,
+                            detail="; ".join(filter(None, [base.detail, *violations[:5]]))[:500])
+    layers = [structure, *layer_results(tests)]
+    failed = [t for t in tests if t.passed is False]
+    cause = Cause("model.wrong_answer", f"{failed[0].id}: {failed[0].detail}") if failed else None
+    if cause is None and violations:
+        cause = Cause("model.format", "; ".join(violations[:5]))
+    graded = Candidate(cand.code, format_ok=cand.format_ok and not violations, value=cand.value)
+    digest = wire.digest(wire.dumps(wire.encode(cand.value)))
+    if not tests and cause is None:
+        return dropped(Cause("infra.sandbox", "no test counted: the task has no content rules"), layers, tests)
+    return conclude(graded, layers, tests, [], cause, turns, weights, digest)
+
+
+def _empty_layers() -> list[LayerResult]:
+    return [LayerResult(name=n, detail="not run: the code does not compile") for n in TEST_LAYERS]

@@ -1,0 +1,109 @@
+"""Score the harness's report into per-test results and the visible, hidden and robustness layers.
+
+Consumes the task, the job spec and the `Report`; produces one `TestResult` per test id the
+spec demands (a missing record is a failure, never a pass), and a `LayerResult` per layer.
+Returned values of cases are compared here, against expected values that never entered the
+sandbox; randomized inputs are compared against the reference's values. A test marked
+`invalid` (the reference itself rejects it) counts neither way. It does NOT attribute causes
+or compute rewards.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from bus.messages import LayerResult, Task
+from judging.compare import same_stdout, same_value, show
+from judging.harness import wire
+from judging.jobs import expected_ids
+from judging.report import Report
+
+TEST_LAYERS = ("visible", "hidden", "robustness")
+
+
+@dataclass(frozen=True)
+class TestResult:
+    id: str
+    layer: str
+    passed: bool | None
+    "None when the test does not count (invalid)."
+    status: str
+    "Harness status ('ok', 'error', 'timeout', 'exit', 'killed', 'output_limit', 'unencodable',"
+    " 'fail', 'infra', 'invalid'), or 'wrong' (ran, wrong value) or 'missing' (no record)."
+    detail: str
+    record: dict
+
+
+def score_tests(task: Task, spec: dict, report: Report) -> list[TestResult]:
+    """One result per expected test id, in layer order."""
+    expected = _expected_outputs(task)
+    fixed = len(spec.get("robustness", {}).get("cases", []))
+    out = []
+    for layer, ids in expected_ids(spec).items():
+        for i, test_id in enumerate(ids):
+            rec = report.tests.get(test_id)
+            if rec is None:
+                why = "not run: the harness budget was spent" if report.budget_spent else "not reported"
+                out.append(TestResult(test_id, layer, False, "missing", why, {}))
+                continue
+            status = str(rec.get("status"))
+            if status == "invalid":
+                out.append(TestResult(test_id, layer, None, status, str(rec.get("detail", "")), rec))
+            elif status != "ok":
+                out.append(TestResult(test_id, layer, False, status, str(rec.get("detail", ""))[:1500], rec))
+            else:
+                key = (layer, i) if layer != "robustness" or i < fixed else None
+                passed, detail = _judge_ok(task, rec, expected.get(key) if key else None, key is None)
+                out.append(TestResult(test_id, layer, passed, "ok" if passed else "wrong", detail, rec))
+    return out
+
+
+def _judge_ok(task: Task, rec: dict, expected, against_reference: bool) -> tuple[bool, str]:
+    kind = task.verifier.kind
+    if kind == "python_check" and not against_reference:
+        return True, ""
+    if kind == "script_io":
+        want = rec.get("reference") if against_reference else expected
+        mode = task.verifier.extra.get("compare", "text")
+        ok = isinstance(want, str) and same_stdout(str(rec.get("stdout", "")), want, mode)
+        return ok, "" if ok else f"printed {show(rec.get('stdout', ''))}, expected {show(want)}"
+    try:
+        got = wire.decode(rec.get("value"))
+        want = wire.decode(rec.get("reference")) if against_reference else expected
+    except ValueError as exc:
+        return False, f"returned a value the judge cannot read: {exc}"
+    mode = "float" if against_reference else task.verifier.extra.get("compare", "exact")
+    ok = same_value(got, want, mode, from_json=not against_reference)
+    return ok, "" if ok else f"returned {show(got)}, expected {show(want)}"
+
+
+def _expected_outputs(task: Task) -> dict[tuple[str, int], object]:
+    v = task.verifier
+    if v.kind not in ("python_io", "script_io"):
+        return {}
+    field = "expected" if v.kind == "python_io" else "expected_stdout"
+    out = {}
+    for layer, text in (("visible", v.visible), ("hidden", v.hidden),
+                        ("robustness", v.extra.get("robustness", ""))):
+        cases = json.loads(text) if text.strip() else []
+        for i, case in enumerate(cases):
+            out[(layer, i)] = case.get(field) if isinstance(case, dict) else None
+    return out
+
+
+def layer_results(tests: list[TestResult]) -> list[LayerResult]:
+    """Visible, hidden and robustness layers (a layer without counted tests has total 0)."""
+    layers = []
+    for name in TEST_LAYERS:
+        mine = [t for t in tests if t.layer == name]
+        counted = [t for t in mine if t.passed is not None]
+        passed = sum(1 for t in counted if t.passed)
+        failed = [f"{t.id} {t.status}" for t in counted if not t.passed]
+        invalid = len(mine) - len(counted)
+        detail = ", ".join(failed[:5]) + (f" (+{len(failed) - 5} more)" if len(failed) > 5 else "")
+        if invalid:
+            detail = (detail + "; " if detail else "") + f"{invalid} invalid, not counted"
+        layers.append(LayerResult(name=name, passed=passed, total=len(counted),
+                                  ok=passed == len(counted), detail=detail))
+    return layers

@@ -1,0 +1,51 @@
+"""Compose the reward of a judged attempt from its layers, under the `[judge.reward]` weights.
+
+Consumes whether the candidate compiled, whether it followed the format, the test layers,
+the number of turns and whether it was flagged as a hack; produces the total and every
+component. The components always sum to the total:
+
+- `compile`: the (negative) reward for code that does not compile, which replaces tests and format;
+- `tests`: `tests` weight times the pass ratio, each layer weighted (`visible`, `hidden`,
+  `robustness`; layers without tests are left out and the rest renormalized);
+- `format`: the format bonus, when the format was followed;
+- `turns`: minus `turn_penalty` per turn after the first;
+- `hack`: what cancels everything else for a flagged attempt (it scores 0);
+- `clip`: what clipping to [minimum, maximum] took off.
+
+Dropped attempts get no reward at all (None), decided by the caller. It runs nothing.
+"""
+
+from __future__ import annotations
+
+from bus.messages import LayerResult
+from judging.config import RewardConfig
+
+COMPONENTS = ("compile", "tests", "format", "turns", "hack", "clip")
+
+
+def pass_ratio(layers: list[LayerResult], weights: RewardConfig) -> float:
+    """Weighted pass ratio over the test layers that have tests (0 when none has)."""
+    by_name = {"visible": weights.visible, "hidden": weights.hidden, "robustness": weights.robustness}
+    used = [(by_name[layer.name], layer.passed / layer.total) for layer in layers
+            if layer.name in by_name and layer.total > 0 and by_name[layer.name] > 0]
+    total_weight = sum(w for w, _ in used)
+    return sum(w * r for w, r in used) / total_weight if total_weight else 0.0
+
+
+def compose(*, compiled: bool, format_ok: bool, layers: list[LayerResult], turns: int,
+            hack: bool, weights: RewardConfig) -> tuple[float, dict[str, float]]:
+    """(total, components) for one attempt."""
+    parts = dict.fromkeys(COMPONENTS, 0.0)
+    if compiled:
+        parts["tests"] = weights.tests * pass_ratio(layers, weights)
+        parts["format"] = weights.format if format_ok else 0.0
+    else:
+        parts["compile"] = weights.compile_error
+    parts["turns"] = -weights.turn_penalty * max(turns - 1, 0)
+    total = sum(parts.values())
+    if hack:
+        parts["hack"] = -total
+        total = 0.0
+    clipped = min(max(total, weights.minimum), weights.maximum)
+    parts["clip"] = clipped - total
+    return clipped, {k: round(v, 6) for k, v in parts.items()}

