@@ -32,7 +32,7 @@ from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVers
 from bus.nats_bus import Bus
 from envs.admission import AdmissionCounters, admissible_groups
 from envs.curriculum import Curriculum
-from envs.intake import collect, gate_many
+from envs.intake import KvGateCache, collect, gate_many
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.sampler")
@@ -210,7 +210,7 @@ class Sampler:
                 self.wake()
 
         tally = await gate_many(tasks, cfg.gates.sandbox, accepted,
-                                concurrency=cfg.gates.concurrency)
+                                concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus))
         await self.load_rates()
         self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
         log.info("intake.completed", accepted=tally.accepted, rejected=dict(tally.rejected),

@@ -47,6 +47,8 @@ KEY_SAMPLER_STATE = "sampler.state"
 "whet-run: the sampler's admission counters (`SamplerState`)."
 KEY_SAMPLER_RATES = "sampler.rates"
 "whet-run: the sampler's per-task pass rates, in chunks `sampler.rates.<n>` (msgpack)."
+KEY_GATE_PREFIX = "gate"
+"whet-run: `gate.<digest>` holds one task's intake gate report (JSON), reused after a restart."
 KEY_EVALUATOR_STATE = "evaluator.state"
 "whet-run: the evaluator's last round and history (`EvaluatorState`)."
 

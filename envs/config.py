@@ -44,8 +44,8 @@ class GateConfig(Section):
     "Gates besides validity and solvability, which always run."
     min_kill_rate: Share = 0.8
     "Least share of mutants the tests must kill."
-    max_mutants: Annotated[int, msgspec.Meta(ge=1, le=500)] = 20
-    "Most mutants checked per task (every operator kind is represented)."
+    max_mutants: Annotated[int, msgspec.Meta(ge=1, le=500)] = 12
+    "Most mutants per task (every operator kind is represented); runs stop once decided."
     mutant_timeout_s: Positive = 2.0
     "Wall-clock limit of one mutant run (mutants may loop forever)."
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2

@@ -17,6 +17,7 @@ An infrastructure failure (sandbox down) is its own reason, never blamed on the 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -124,6 +125,17 @@ def _quick(task: Task, timeout_s: float) -> Task:
     return msgspec.structs.replace(task, limits=limits)
 
 
+def mutation_verdict(killed: int, survived: int, total: int, min_rate: float) -> bool | None:
+    """True (tests good enough) or False (too weak) once the remaining mutants cannot change
+    the answer; None while they still can."""
+    need = math.ceil(min_rate * total - 1e-9)
+    if killed >= need:
+        return True
+    if survived > total - need:
+        return False
+    return None
+
+
 async def gate_task(task: Task, backend, config: GateConfig,
                     limiter: anyio.CapacityLimiter | None = None) -> GateReport:
     """Run the gates on `task` (each sandboxed run under `limiter`)."""
@@ -133,15 +145,17 @@ async def gate_task(task: Task, backend, config: GateConfig,
     report = GateReport(task.task_id)
     started = time.monotonic()
 
-    async def check(t: Task, code: str):
+    async def check(t: Task, code: str, skip=lambda: False):
         async with limiter:
-            return await check_code(t, code, backend)
+            # decided gates start no more runs; runs already started finish (a cancelled
+            # sandbox run could leave a looping mutant behind)
+            return None if skip() else await check_code(t, code, backend)
 
     problems = validity_problems(task)
     if problems:
         report.reject("invalid", "; ".join(problems))
         return report
-    runs = [None, None]
+    runs: list = [None, None]
 
     async def reference(i: int) -> None:
         runs[i] = await check(task, task.verifier.reference)
@@ -150,7 +164,7 @@ async def gate_task(task: Task, backend, config: GateConfig,
         for i in range(2 if "determinism" in config.checks else 1):
             tg.start_soon(reference, i)
     first, second = runs
-    if first is not None and first.cause.startswith("infra"):
+    if first.cause.startswith("infra"):
         report.reject("infra", f"reference run failed in the sandbox: {first.evidence[:200]}")
     elif not first.ok:
         report.reject("unsolvable", f"reference fails: {first.cause} ({first.passed}/"
@@ -166,28 +180,36 @@ async def gate_task(task: Task, backend, config: GateConfig,
 async def _mutation_gate(task: Task, report: GateReport, config: GateConfig, check) -> None:
     quick = _quick(task, config.mutant_timeout_s)
     candidates = mutants_for(task, limit=config.max_mutants, seed=config.seed)
-    results: list[tuple[Mutant, object]] = []
+    counts = {"infra": 0, "survived": 0}
+
+    def decided() -> bool:
+        total = len(candidates) - counts["infra"]
+        return mutation_verdict(report.killed, counts["survived"], total,
+                                config.min_kill_rate) is not None
 
     async def run(m: Mutant, code: str) -> None:
-        results.append((m, await check(quick, code)))
+        outcome = await check(quick, code, decided)
+        if outcome is None:
+            return
+        if outcome.cause.startswith("infra"):
+            counts["infra"] += 1
+            return
+        report.mutants += 1
+        if outcome.ok:
+            counts["survived"] += 1
+            report.survivors.append(f"{m.operator}: {m.description}")
+        else:
+            report.killed += 1
 
     async with anyio.create_task_group() as tg:
         for mutant, code in candidates:
             tg.start_soon(run, mutant, code)
-    infra = 0
-    for mutant, outcome in results:
-        if outcome.cause.startswith("infra"):
-            infra += 1
-            continue
-        report.mutants += 1
-        if outcome.ok:
-            report.survivors.append(f"{mutant.operator}: {mutant.description}")
-        else:
-            report.killed += 1
-    if infra:
-        report.detail.append(f"{infra} mutant runs failed in the sandbox and were not counted")
-    rate = report.kill_rate
-    if rate is not None and rate < config.min_kill_rate:
-        report.reject("weak_tests", f"tests kill {report.killed} of {report.mutants} mutants "
-                                    f"({rate:.0%} < {config.min_kill_rate:.0%}); survivors: "
+    if counts["infra"]:
+        report.detail.append(f"{counts['infra']} mutant runs failed in the sandbox; not counted")
+    if report.mutants < len(candidates) - counts["infra"]:
+        report.detail.append(f"decided after {report.mutants} of {len(candidates)} mutants")
+    total = len(candidates) - counts["infra"]
+    if mutation_verdict(report.killed, counts["survived"], total, config.min_kill_rate) is False:
+        report.reject("weak_tests", f"tests kill {report.killed} of {report.mutants} mutants run "
+                                    f"(need {config.min_kill_rate:.0%} of {total}); survivors: "
                                     + "; ".join(sorted(report.survivors)))

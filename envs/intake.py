@@ -8,14 +8,17 @@ domain gets tasks early. It samples nothing and publishes nothing.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
-from dataclasses import dataclass, field
+import json
+from dataclasses import asdict, dataclass, field
 from typing import Awaitable, Callable, Iterable
 
 import anyio
 import msgspec
 import structlog
 
+from bus import subjects
 from bus.errors import InputError
 from bus.messages import Task
 from envs import registry
@@ -53,8 +56,31 @@ def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Ta
     return mixed, errors
 
 
+class KvGateCache:
+    """Gate reports kept in KV whet-run (`gate.<digest>`), so a restarted actor does not
+    gate its tasks again. The digest covers the task's content id and the gate settings."""
+
+    def __init__(self, bus) -> None:
+        self.bus = bus
+
+    @staticmethod
+    def key(task: Task, gates: GateConfig) -> str:
+        body = task.task_id + "|" + msgspec.json.encode(gates).decode()
+        return f"{subjects.KEY_GATE_PREFIX}.{hashlib.sha256(body.encode()).hexdigest()[:32]}"
+
+    async def get(self, task: Task, gates: GateConfig) -> GateReport | None:
+        raw = await self.bus.kv_get_bytes(subjects.BUCKET_RUN, self.key(task, gates))
+        return GateReport(**json.loads(raw)) if raw else None
+
+    async def put(self, task: Task, gates: GateConfig, report: GateReport) -> None:
+        if "infra" not in report.reasons:  # a sandbox outage is not the task's verdict
+            await self.bus.kv_put_bytes(subjects.BUCKET_RUN, self.key(task, gates),
+                                        json.dumps(asdict(report)).encode())
+
+
 async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_config,
-                    on_gated: OnGated, *, concurrency: int) -> GateTally:
+                    on_gated: OnGated, *, concurrency: int,
+                    cache: KvGateCache | None = None) -> GateTally:
     """Gate every task (several at once), calling `on_gated` for each as it finishes."""
     tally = GateTally()
     backend = await open_backend(sandbox_config)
@@ -64,7 +90,7 @@ async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_con
         async with anyio.create_task_group() as tg:
             for task, gates in tasks:
                 await lanes.acquire()  # released by _one, in the child task
-                tg.start_soon(_one, task, gates, backend, limiter, lanes, tally, on_gated)
+                tg.start_soon(_one, task, gates, backend, limiter, lanes, tally, on_gated, cache)
     finally:
         with anyio.CancelScope(shield=True):
             await backend.aclose()
@@ -72,10 +98,16 @@ async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_con
 
 
 async def _one(task: Task, gates: GateConfig | None, backend, limiter, lanes, tally: GateTally,
-               on_gated: OnGated) -> None:
+               on_gated: OnGated, cache: KvGateCache | None) -> None:
     try:
-        report = GateReport(task.task_id) if gates is None else \
-            await gate_task(task, backend, gates, limiter)
+        if gates is None:
+            report = GateReport(task.task_id)
+        else:
+            report = await cache.get(task, gates) if cache else None
+            if report is None:
+                report = await gate_task(task, backend, gates, limiter)
+                if cache:
+                    await cache.put(task, gates, report)
         tally.add(report)
         if not report.accepted:
             log.info("task.rejected", task_id=task.task_id, reasons=report.reasons,
