@@ -61,6 +61,8 @@ _OPENERS = (
     "Create a Python program. It reads {what} from {where}; it must {say}.",
     "Task: a script gets {what} on {where}. Make it {say}.",
     "Write a command-line Python script: input is {what} from {where}. It should {say}.",
+    "Implement a Python script that takes {what} from {where} and will {say}.",
+    "Using Python, build a small program that reads {what} from {where}; it should {say}.",
 )
 
 

@@ -28,6 +28,8 @@ class TableTask:
     anchors: dict[str, list[int]] = field(default_factory=dict)
     ordered: bool = False
     "Whether row order shows in the output (sorting matters)."
+    max_rows: int = 8
+    "Most rows of a random input."
 
 
 def _filter(rng: random.Random, theme: tables.Theme, anchors: dict) -> tuple[str, str, str]:
@@ -64,11 +66,10 @@ def _derive(rng: random.Random, theme: tables.Theme) -> tuple[str, str, str]:
     return "derive:" + new, code, f"add a column `{new}` equal to `{a}` {word} `{b}`"
 
 
-def _output(rng: random.Random, level: int, theme: tables.Theme, cols: list[str]
-            ) -> tuple[tuple[str, str, str], bool]:
-    """The output step and whether it shows row order."""
-    num = rng.choice([c for c in cols if c in theme.numbers or c in ("total", "combined",
-                                                                        "score2", "value", "result")])
+def _output(rng: random.Random, level: int, theme: tables.Theme, cols: list[str],
+            derived: str = "") -> tuple[tuple[str, str, str], bool]:
+    """The output step and whether it shows row order; a derived column is always used."""
+    num = derived or rng.choice(list(theme.numbers))
     simple = [
         (("count", "    return str(len(rows))\n", "print how many rows are left"), False),
         (("sum", f"    return str(sum(r[{num!r}] for r in rows))\n",
@@ -78,7 +79,8 @@ def _output(rng: random.Random, level: int, theme: tables.Theme, cols: list[str]
     ]
     if level <= 1:
         return pick(rng, simple)
-    shown = [theme.key] + rng.sample([c for c in cols if c != theme.key], min(2, len(cols) - 1))
+    others = [c for c in cols if c not in (theme.key, derived)]
+    shown = [theme.key] + ([derived] if derived else []) + rng.sample(others, 2 - bool(derived))
     richer = [
         (("csv", "    out = io.StringIO()\n    w = csv.writer(out, lineterminator='\\n')\n"
                  f"    w.writerow({shown!r})\n    for r in rows:\n"
@@ -106,13 +108,15 @@ def table_task(rng: random.Random, level: int) -> TableTask:
     anchors: dict[str, list[int]] = {}
     steps: list[tuple[str, str, str]] = []
     cols = theme.columns
+    derived = ""
     n_steps = {1: rng.choice((0, 1)), 2: rng.choice((1, 2)), 3: 2, 4: 3}[min(level, 4)]
-    if level >= 3 and rng.random() < 0.5:
+    if level >= 4 or (level == 3 and rng.random() < 0.5):
         steps.append(_derive(rng, theme))
-        cols = cols + [steps[-1][0].split(":")[1]]
+        derived = steps[-1][0].split(":")[1]
+        cols = cols + [derived]
     while len(steps) < n_steps:
         steps.append(_filter(rng, theme, anchors))
-    output, ordered = _output(rng, level, theme, cols)
+    output, ordered = _output(rng, level, theme, cols, derived)
     if level >= 2 and rng.random() < 0.5 and output[0] in ("csv", "json", "values"):
         steps.append(_sort(rng, theme))
         ordered = True
@@ -120,7 +124,7 @@ def table_task(rng: random.Random, level: int) -> TableTask:
             k = rng.randint(1, 3)
             steps.append(("head", f"    rows = rows[:{k}]\n", f"keep only the first {k} rows"))
     return TableTask(f"tables.{output[0]}{len(steps)}", steps, output, theme, fmt, anchors,
-                     ordered)
+                     ordered, max_rows=6 + 2 * level)
 
 
 def convert_code(task: TableTask) -> str:
@@ -140,6 +144,6 @@ def convert_code(task: TableTask) -> str:
 def make_input(task: TableTask) -> Callable[[random.Random], str]:
     """Random input text in the task's format."""
     def make(r: random.Random) -> str:
-        rows = tables.make_rows(task.theme, r, r.randint(0, 8), task.anchors)
+        rows = tables.make_rows(task.theme, r, r.randint(0, task.max_rows), task.anchors)
         return tables.RENDER[task.fmt](rows, task.theme.columns)
     return make
