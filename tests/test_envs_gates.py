@@ -120,3 +120,27 @@ def test_mutation_verdict_decides_as_soon_as_the_rest_cannot_matter():
     assert mutation_verdict(7, 2, 10, 0.8) is None
     assert mutation_verdict(5, 3, 10, 0.8) is False
     assert mutation_verdict(0, 0, 0, 0.8) is True  # nothing to mutate: no evidence against
+
+
+async def test_a_user_environment_loads_from_config_and_passes_the_gates(tmp_path):
+    """The README's example: a module named in config generates tasks the gates accept."""
+    from runtime import config as config_mod
+
+    path = tmp_path / "run.toml"
+    path.write_text('[envs]\nmix = { arithmetic = 1.0 }\n[envs.use.digit_sum]\n'
+                    'target = "envs.examples.digit_sum:ENVIRONMENT"\ncount = 6\n')
+    cfg = config_mod.load(path)
+    found = registry.entry_tasks("digit_sum", cfg.envs.use["digit_sum"])
+    assert len(found.tasks) == 6 and {t.domain for t in found.tasks} == {"arithmetic"}
+    report = await _gate(found.tasks[0], cfg.envs.gates)
+    assert report.accepted and report.mutants >= 3, report.detail
+
+
+def test_an_unknown_environment_is_a_config_error():
+    """A name that is neither built in nor given a target says what to do."""
+    from bus.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="set target = 'module:ATTRIBUTE'"):
+        registry.resolve("nope", EnvEntry())
+    with pytest.raises(ConfigError, match="cannot load"):
+        registry.resolve("x", EnvEntry(target="envs.nothing_here:ENV"))
