@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import Awaitable, Callable, TypeVar
 
 import anyio
@@ -68,39 +68,52 @@ class Delivery:
         self.subject: str = msg.subject
         header_id = (msg.headers or {}).get("Nats-Msg-Id")
         self.msg_id: str = header_id or f"{meta.stream}:{self.stream_seq}"
-        self.settled = anyio.Event()
+        self.is_settled = False
         self.deferred = False
         self.acked = False
+        self._settled_event: anyio.Event | None = None
 
     def defer(self) -> None:
         """Keep the message held after the handler returns; the caller will settle it."""
         self.deferred = True
+        self._settled_event = anyio.Event()
+
+    async def wait_settled(self) -> None:
+        """Return once ack() or nak() was called (only meaningful after defer())."""
+        if not self.is_settled and self._settled_event is not None:
+            await self._settled_event.wait()
+
+    def _settle(self) -> bool:
+        if self.is_settled:
+            return False
+        self.is_settled = True
+        if self._settled_event is not None:
+            self._settled_event.set()
+        return True
 
     async def ack(self) -> None:
         """Acknowledge: the work is done and must not come back."""
-        if not self.settled.is_set():
-            self.settled.set()
+        if self._settle():
             self.acked = True
             await _quietly(self.msg.ack())
 
     async def nak(self, delay_s: float | None = None) -> None:
         """Give the message back for redelivery, after `delay_s` if set."""
-        if not self.settled.is_set():
-            self.settled.set()
+        if self._settle():
             await _quietly(self.msg.nak(delay=delay_s))
 
     async def keep_alive(self) -> None:
         """Reset the server's ack timer while work goes on."""
-        if not self.settled.is_set():
+        if not self.is_settled:
             await _quietly(self.msg.in_progress())
 
 
 async def _quietly(call: Awaitable[object]) -> None:
-    # An ack lost to an outage is recovered by redelivery plus id de-duplication.
+    # Settling only queues a publish in the client (no round trip), so it needs no timeout
+    # of its own. An ack lost to an outage is recovered by redelivery plus de-duplication.
     try:
-        with anyio.fail_after(5):
-            await call
-    except (nats.errors.Error, TimeoutError, OSError) as exc:
+        await call
+    except (nats.errors.Error, OSError) as exc:
         log.warning("message.settle_failed", error=repr(exc))
 
 
@@ -131,6 +144,10 @@ class _Loop:
         self.bus, self.spec, self.cls, self.handler = bus, spec, cls, handler
         self.max_in_flight, self.ack_wait_s, self.max_deliver = max_in_flight, ack_wait_s, max_deliver
         self.held: set[Delivery] = set()
+        self.low_water = max(1, max_in_flight // 2)
+        self.queue: deque[Delivery] = deque()
+        self.idle: deque[anyio.Event] = deque()
+        self.spare_woken = False
         self.recent = RecentIds()
         self.changed = anyio.Event()
 
@@ -139,19 +156,25 @@ class _Loop:
             self.spec, ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver))
         sub = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
             durable=self.spec.durable, stream=self.spec.stream))
-        advisory = await self.bus.nc.subscribe(
-            subjects.max_deliveries_advisory(self.spec.stream, self.spec.durable),
-            queue=f"dlq-{self.spec.durable}", cb=self._on_max_deliveries)
+        advisory_spec = subjects.advisory_consumer(self.spec)
+        await self._retry(lambda: self.bus.ensure_consumer(advisory_spec, max_deliver=20))
+        advisory = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
+            durable=advisory_spec.durable, stream=advisory_spec.stream))
         try:
             async with anyio.create_task_group() as work:
                 work.start_soon(self._keep_alive)
-                await self._fetch_until_stopping(sub, work)
+                work.start_soon(self._dead_letter_given_up, advisory)
+                for _ in range(self.max_in_flight):
+                    work.start_soon(self._worker)
+                await self._fetch_until_stopping(sub)
                 with anyio.move_on_after(drain_s):
                     while self.held:
                         await self._wait_changed()
                 work.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                for waiting in list(self.held):  # fetched but never started
+                    await waiting.nak()
                 for sub_ in (advisory, sub):
                     try:
                         await sub_.unsubscribe()
@@ -172,10 +195,33 @@ class _Loop:
         self.changed = anyio.Event()
         await self.changed.wait()
 
-    async def _fetch_until_stopping(self, sub, work: anyio.abc.TaskGroup) -> None:
+    # A fixed pool of workers, one per slot, shares a queue. At most one idle worker is woken
+    # ahead of need (the "spare"): with fast handlers one worker drains a whole batch in one
+    # go; when a handler blocks, the spare takes the next message and wakes the next spare.
+
+    async def _worker(self) -> None:
+        while True:
+            if not self.queue:
+                wake = anyio.Event()
+                self.idle.append(wake)
+                await wake.wait()
+                self.spare_woken = False
+                continue
+            delivery = self.queue.popleft()
+            self._wake_spare()
+            await self._handle(delivery)
+
+    def _wake_spare(self) -> None:
+        if self.queue and self.idle and not self.spare_woken:
+            self.spare_woken = True
+            self.idle.popleft().set()
+
+    async def _fetch_until_stopping(self, sub) -> None:
+        # Fetch in batches: wait until half the slots are free rather than asking the server
+        # for one message at a time (a round trip per message halves throughput).
         while not self.bus.stopping.is_set():
             free = self.max_in_flight - len(self.held)
-            if free <= 0:
+            if free < self.low_water:
                 await self._wait_changed()
                 continue
             try:
@@ -189,14 +235,15 @@ class _Loop:
             for msg in msgs:
                 delivery = Delivery(msg)
                 self.held.add(delivery)
-                self.bus.stats.in_flight = len(self.held)
-                work.start_soon(self._handle, delivery)
+                self.queue.append(delivery)
+            self.bus.stats.in_flight = len(self.held)
+            self._wake_spare()
 
     async def _handle(self, d: Delivery) -> None:
         try:
             await self._dispatch(d)
             if d.deferred:
-                await d.settled.wait()
+                await d.wait_settled()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await d.nak()
@@ -206,7 +253,10 @@ class _Loop:
                 self.recent.add(d.msg_id)
             self.held.discard(d)
             self.bus.stats.in_flight = len(self.held)
-            self.changed.set()
+            # Wake the fetcher only when it has something to do: a batch's worth of free
+            # slots, or nothing left to drain.
+            if not self.held or self.max_in_flight - len(self.held) >= self.low_water:
+                self.changed.set()
 
     async def _dispatch(self, d: Delivery) -> None:
         if d.msg_id in self.recent:
@@ -220,19 +270,21 @@ class _Loop:
                                     exc.reason, str(exc))
             await d.ack()
             return
-        with structlog.contextvars.bound_contextvars(msg_id=d.msg_id):
-            try:
-                await self.handler(message, d)
-            except Exception as exc:  # noqa: BLE001 - any handler failure is retried or dead-lettered
-                if d.deliveries >= self.max_deliver:
-                    await self._dead_letter(d.subject, d.stream_seq, d.msg.data, d.deliveries,
-                                            "handler_error", repr(exc))
-                    await d.ack()
-                else:
-                    log.warning("message.handler_failed", consumer=self.spec.durable,
-                                deliveries=d.deliveries, error=repr(exc))
-                    await d.nak(delay_s=min(0.5 * 2 ** d.deliveries, 10.0))
-                return
+        bound = structlog.contextvars.bind_contextvars(msg_id=d.msg_id)
+        try:
+            await self.handler(message, d)
+        except Exception as exc:  # noqa: BLE001 - any handler failure is retried or dead-lettered
+            if d.deliveries >= self.max_deliver:
+                await self._dead_letter(d.subject, d.stream_seq, d.msg.data, d.deliveries,
+                                        "handler_error", repr(exc))
+                await d.ack()
+            else:
+                log.warning("message.handler_failed", consumer=self.spec.durable,
+                            deliveries=d.deliveries, error=repr(exc))
+                await d.nak(delay_s=min(0.5 * 2 ** d.deliveries, 10.0))
+            return
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
         if not d.deferred:
             await d.ack()
         self.bus.stats.processed += 1
@@ -243,15 +295,30 @@ class _Loop:
             for d in list(self.held):
                 await d.keep_alive()
 
+    async def _dead_letter_given_up(self, advisories) -> None:
+        while True:
+            try:
+                msgs = await advisories.fetch(8, timeout=5.0)
+            except (nats.errors.TimeoutError, TimeoutError):
+                continue
+            except nats.errors.Error:
+                await anyio.sleep(0.5)
+                continue
+            for msg in msgs:
+                try:
+                    await self._on_max_deliveries(msg)
+                except (nats.errors.Error, TimeoutError, BusUnavailable) as exc:
+                    log.warning("consumer.advisory_failed", error=repr(exc))
+                    await _quietly(msg.nak(delay=1.0))
+                else:
+                    await _quietly(msg.ack())
+
     async def _on_max_deliveries(self, msg) -> None:
         try:
             seq = int(json.loads(msg.data)["stream_seq"])
             raw = await self.bus.js.get_msg(self.spec.stream, seq)
         except (nats.js.errors.NotFoundError, KeyError, ValueError):
             return  # already settled (for example dead-lettered by a handler) or not ours
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("consumer.advisory_failed", error=repr(exc))
-            return
         await self._dead_letter(raw.subject, seq, raw.data or b"", self.max_deliver,
                                 "max_deliveries",
                                 f"delivered {self.max_deliver} times without an ack "

@@ -273,14 +273,20 @@ class Bus:
             fut = await self.js.publish_async(subject, encode(msg),
                                               headers={"Nats-Msg-Id": msg_id})
             futures.append((msg_id, msg, fut))
-        new = 0
-        for msg_id, msg, fut in futures:
-            try:
-                with anyio.fail_after(self.settings.request_timeout_s):
-                    ack = await fut
-                new += not ack.duplicate
-            except (*_RETRYABLE, nats.js.errors.APIError):
-                new += not await self.publish(subject, msg, msg_id=msg_id)
+        new, done = 0, 0
+        retry = []
+        with anyio.move_on_after(self.settings.request_timeout_s):
+            for msg_id, msg, fut in futures:
+                try:
+                    new += not (await fut).duplicate
+                except (*_RETRYABLE, nats.js.errors.APIError):
+                    retry.append((msg_id, msg))
+                done += 1
+        for msg_id, msg, fut in futures[done:]:  # acks that did not come in time
+            fut.cancel()
+            retry.append((msg_id, msg))
+        for msg_id, msg in retry:
+            new += not await self.publish(subject, msg, msg_id=msg_id)
         return new
 
     async def publish_core(self, subject: str, data: bytes) -> None:
@@ -400,6 +406,27 @@ class Bus:
                     await sub.unsubscribe()
                 except nats.errors.Error:
                     pass
+
+    async def snapshot(self, stream: str, cls: type[M]) -> list[tuple[int, M | None]]:
+        """Every message stored in `stream` now, by sequence, without a consumer.
+
+        Works on work-queue streams too (which allow no second consumer); for audits and
+        tests, not hot paths: one request per message.
+        """
+        info = await self.js.stream_info(stream)
+        out: list[tuple[int, M | None]] = []
+        if not info.state.messages:
+            return out
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            try:
+                raw = await self.js.get_msg(stream, seq)
+            except nats.js.errors.NotFoundError:
+                continue
+            try:
+                out.append((seq, decode(raw.data or b"", cls)))
+            except Exception:  # noqa: BLE001 - shown as undecodable
+                out.append((seq, None))
+        return out
 
     # --- state -----------------------------------------------------------------------------
 

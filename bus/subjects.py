@@ -91,9 +91,12 @@ def scale_key(kind: str) -> str:
     return f"scale.{token(kind)}"
 
 
+MAX_DELIVERIES = "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES"
+
+
 def max_deliveries_advisory(stream: str, consumer: str) -> str:
     """Server advisory published when a message of `consumer` hits max_deliver."""
-    return f"$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
+    return f"{MAX_DELIVERIES}.{stream}.{consumer}"
 
 
 # --- topology ------------------------------------------------------------------------------
@@ -130,6 +133,7 @@ STREAM_EXEC_DONE = "WHET_EXEC_DONE"
 STREAM_VERDICTS = "WHET_VERDICTS"
 STREAM_EVENTS = "WHET_EVENTS"
 STREAM_DLQ = "WHET_DLQ"
+STREAM_ADVISORIES = "WHET_ADVISORIES"
 
 
 def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int) -> list[StreamSpec]:
@@ -147,7 +151,17 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int) -
         StreamSpec(STREAM_EVENTS, (f"{EVENTS}.>",), "limits", max_age_s=retention_s,
                    max_bytes=events_max_bytes, discard_new=False),
         StreamSpec(STREAM_DLQ, (f"{DEAD_LETTERS}.>",), "limits", max_age_s=retention_s),
+        # The server's max-deliveries advisories, kept until a consumer dead-letters the
+        # message they name: no live subscriber is needed when the server gives up.
+        StreamSpec(STREAM_ADVISORIES, (f"{MAX_DELIVERIES}.>",), "workqueue",
+                   max_age_s=retention_s),
     ]
+
+
+def advisory_consumer(spec: ConsumerSpec) -> ConsumerSpec:
+    """The durable that turns `spec`'s max-deliveries advisories into dead letters."""
+    return ConsumerSpec(STREAM_ADVISORIES, f"dlq-{spec.durable}",
+                        max_deliveries_advisory(spec.stream, spec.durable))
 
 
 CONSUMER_TASKS = ConsumerSpec(STREAM_TASKS, "generator", TASKS)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -167,9 +168,22 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
         unknown = re.match(r"Object contains unknown field `(.+)`", what)
         if unknown:
             key, what = ".".join(filter(None, [key, unknown[1]])), "unknown key"
+        elif what.startswith("Invalid enum value"):
+            what += f"; expected one of {_choices(key)}"
         raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
     return cfg
+
+
+def _choices(key: str) -> list[str]:
+    """The allowed values of the Literal field at dotted `key` of RunConfig."""
+    cls: Any = RunConfig
+    for part in key.split("."):
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return []
+        cls = hints[part]
+    return list(typing.get_args(cls))
 
 
 def _check_kinds(cfg: RunConfig, source: str) -> None:

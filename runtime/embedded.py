@@ -126,6 +126,15 @@ def _accepts(port: int) -> bool:
         return False
 
 
+def alive(pid: int) -> bool:
+    """True if `pid` runs; an exited process its parent has not reaped yet (a zombie) is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
     """SIGTERM a process we do not own a handle to; True once it is gone."""
     try:
@@ -134,9 +143,7 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
         return True
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not alive(pid):
             return True
         if _zombie(pid):  # exited; only its parent has not reaped it yet
             return True

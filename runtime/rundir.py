@@ -56,11 +56,9 @@ class RunDir:
             pid = int(self.pid_file.read_text())
         except (OSError, ValueError):
             return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        return pid
+        from runtime.embedded import alive
+
+        return pid if alive(pid) else None
 
 
 def create(cfg: RunConfig) -> RunDir:

@@ -51,13 +51,13 @@ async def bus(nats_server):
 class Stack:
     """A `whet up` process against a given server, driven like a user would."""
 
-    def __init__(self, tmp_path: Path, url: str, config_text: str) -> None:
+    def __init__(self, tmp_path: Path, url: str, config_text: str, bus_text: str) -> None:
         self.tmp = tmp_path
         self.url = url
         self.config = tmp_path / "stack.toml"
         self.config.write_text(
             f'[run]\nname = "t"\nruns_dir = "{tmp_path / "runs"}"\n'
-            f'[bus]\nurl = "{url}"\n' + config_text)
+            f'[bus]\nurl = "{url}"\n{bus_text}\n' + config_text)
         self.env = {**os.environ, "PYTHONPATH": str(ROOT), "WHET_NATS_URL": url}
         self.proc: subprocess.Popen | None = None
 
@@ -94,8 +94,8 @@ def make_stack(tmp_path, nats_server):
     """Factory for a stack on the test's server; every stack is stopped after the test."""
     stacks: list[Stack] = []
 
-    def make(config_text: str) -> Stack:
-        stack = Stack(tmp_path, nats_server.url, config_text)
+    def make(config_text: str, bus_text: str = "ack_wait_s = 3.0\nrequest_timeout_s = 2.0") -> Stack:
+        stack = Stack(tmp_path, nats_server.url, config_text, bus_text)
         stacks.append(stack)
         return stack
 

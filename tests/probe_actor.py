@@ -1,13 +1,15 @@
 """A minimal actor for runtime tests: it takes execution requests and reports them done.
 
 Consumes `ExecutionRequest` from the executor's durable consumer; for a job `["sleep", S]`
-it holds the message S seconds (so a test can kill it mid-job), then publishes
+it holds the message S seconds (so a test can kill it mid-job); for `["crash"]` it kills
+its own process; otherwise it publishes
 `ExecutionDone` with the request id as the message id. It runs nothing: the runtime, not
 sandboxing, is under test here.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import anyio
@@ -21,7 +23,12 @@ async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     async def handle(req: ExecutionRequest, delivery: Delivery) -> None:
         if req.job.command[:1] == ["sleep"]:
             await anyio.sleep(float(req.job.command[1]))
-        done = ExecutionDone(request=req, result=ExecutionResult(status="ok", exit_code=0),
+        if req.job.command[:1] == ["crash"]:  # a poison message: the process dies every time
+            os.kill(os.getpid(), 9)
+        # Who ran it, and on which delivery: tests use this to see redelivery happen.
+        note = f"pid={os.getpid()} deliveries={delivery.deliveries}"
+        done = ExecutionDone(request=req, result=ExecutionResult(status="ok", exit_code=0,
+                                                                 stdout=note),
                              executor=bus.identity.instance, finished_at=time.time())
         await bus.publish(subjects.EXEC_DONE, done, msg_id=req.request_id)
 

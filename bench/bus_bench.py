@@ -1,0 +1,156 @@
+"""Benchmark: whetstone's bus layer against raw nats-py doing the same work, in one run.
+
+Consumes nothing; starts its own nats-server (file storage) and prints, for 1 KB and 26 KB
+messages, JetStream publish-with-ack throughput and pull-consume-with-ack throughput for
+both, and the ratio bus/raw (target >= 0.8). Each side is measured on a fresh stream, the
+sides alternate, and the median of the repeats is reported.
+
+    python bench/bus_bench.py [--repeats 3] [--small 20000] [--large 4000]
+
+What each side does:
+- publish, raw: `js.publish_async` of pre-encoded bytes with a Nats-Msg-Id, then await all.
+- publish, bus: `Bus.publish_many` of message objects (encoding included).
+- consume, raw: `pull_subscribe` + `fetch(100)` + `msg.ack()`, no decoding.
+- consume, bus: `bus.consumer.consume` (decoding, dedupe, bookkeeping) with a no-op handler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import nats
+from nats.js import api
+
+from bus import subjects
+from bus.codec import encode, pack_f32, pack_ids
+from bus.consumer import consume
+from bus.messages import Attempt, Message, ScaleTarget, Task, Turn, Verifier
+from bus.nats_bus import Bus, BusSettings, Identity
+from runtime.embedded import EmbeddedServer
+
+
+def one_kb(i: int) -> ScaleTarget:
+    return ScaleTarget(kind="x" * 1000, count=i, requested_at=float(i))
+
+
+def rollout(i: int) -> Attempt:
+    task = Task(task_id="t", env="e", env_version="1", domain="d", prompt="p" * 200,
+                verifier=Verifier(kind="python_io"))
+    turn = Turn(prompt_ids=pack_ids(range(300)), completion_ids=pack_ids(range(1200)),
+                logprobs=pack_f32([-0.1] * 1200), completion="c" * 9000, policy_version=i)
+    return Attempt(attempt_id=f"a{i}", group_id="g", index=0, group_size=1, task=task,
+                   turns=[turn], policy_version=i)
+
+
+STREAM, SUBJECT, DURABLE = "BENCH", "bench.msgs", "bench"
+
+
+async def fresh_stream(nc) -> None:
+    js = nc.jetstream()
+    try:
+        await js.delete_stream(STREAM)
+    except nats.js.errors.NotFoundError:
+        pass
+    await js.add_stream(api.StreamConfig(name=STREAM, subjects=[SUBJECT],
+                                         retention=api.RetentionPolicy.WORK_QUEUE,
+                                         storage=api.StorageType.FILE, duplicate_window=600))
+
+
+async def raw_publish(nc, payloads: list[bytes]) -> float:
+    js = nc.jetstream()
+    start = time.perf_counter()
+    futures = [await js.publish_async(SUBJECT, p, headers={"Nats-Msg-Id": f"m{i}"})
+               for i, p in enumerate(payloads)]
+    for f in futures:
+        await f
+    return len(payloads) / (time.perf_counter() - start)
+
+
+async def bus_publish(bus: Bus, msgs: list[Message]) -> float:
+    start = time.perf_counter()
+    await bus.publish_many(SUBJECT, [(f"m{i}", m) for i, m in enumerate(msgs)])
+    return len(msgs) / (time.perf_counter() - start)
+
+
+async def raw_consume(nc, n: int) -> float:
+    js = nc.jetstream()
+    sub = await js.pull_subscribe(SUBJECT, durable=DURABLE, stream=STREAM,
+                                  config=api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT,
+                                                            max_ack_pending=4096))
+    got, start = 0, time.perf_counter()
+    while got < n:
+        for msg in await sub.fetch(100, timeout=5):
+            await msg.ack()
+            got += 1
+    rate = n / (time.perf_counter() - start)
+    await sub.unsubscribe()
+    return rate
+
+
+async def bus_consume(bus: Bus, cls: type, n: int) -> float:
+    got = 0
+    finished = anyio.Event()
+
+    async def handle(msg, delivery) -> None:
+        nonlocal got
+        got += 1
+        if got == n:
+            finished.set()
+
+    spec = subjects.ConsumerSpec(STREAM, DURABLE, SUBJECT)
+    bus.stopping = anyio.Event()
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: consume(bus, spec, cls, handle, max_in_flight=100, drain_s=1))
+        await finished.wait()
+        rate = n / (time.perf_counter() - start)
+        bus.stopping.set()
+    return rate
+
+
+async def measure(bus: Bus, nc, make, n: int, repeats: int) -> dict[str, float]:
+    msgs = [make(i) for i in range(n)]
+    payloads = [encode(m) for m in msgs]
+    runs: dict[str, list[float]] = {k: [] for k in ("raw_pub", "bus_pub", "raw_con", "bus_con")}
+    for _ in range(repeats):
+        await fresh_stream(nc)
+        runs["raw_pub"].append(await raw_publish(nc, payloads))
+        runs["raw_con"].append(await raw_consume(nc, n))
+        await fresh_stream(nc)
+        runs["bus_pub"].append(await bus_publish(bus, msgs))
+        runs["bus_con"].append(await bus_consume(bus, type(msgs[0]), n))
+    return {k: statistics.median(v) for k, v in runs.items()}
+
+
+async def main(args) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = EmbeddedServer(Path(tmp) / "nats")
+        server.start()
+        try:
+            bus = await Bus.connect(BusSettings(url=server.url), Identity("bench", "bench"))
+            nc = await nats.connect(server.url)
+            print(f"{'size':>6} {'phase':>8} {'raw msg/s':>11} {'bus msg/s':>11} {'ratio':>6}")
+            for label, make, n in (("1KB", one_kb, args.small), ("26KB", rollout, args.large)):
+                size = len(encode(make(0)))
+                r = await measure(bus, nc, make, n, args.repeats)
+                for phase, raw, ours in (("publish", r["raw_pub"], r["bus_pub"]),
+                                         ("consume", r["raw_con"], r["bus_con"])):
+                    print(f"{label:>6} {phase:>8} {raw:>11,.0f} {ours:>11,.0f} {ours / raw:>6.2f}"
+                          f"   ({size} B, n={n}, median of {args.repeats})")
+            await nc.close()
+            await bus.close()
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--small", type=int, default=20000)
+    parser.add_argument("--large", type=int, default=4000)
+    anyio.run(main, parser.parse_args())

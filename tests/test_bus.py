@@ -1,0 +1,187 @@
+"""The bus against a real nats-server: durable publish, de-duplication, dead letters,
+backpressure, KV and the weights object store."""
+
+from __future__ import annotations
+
+import os
+
+import anyio
+import msgpack
+import pytest
+
+from bus import subjects
+from bus.consumer import consume
+from bus.errors import ObjectCorrupt
+from bus.messages import DeadLetter, ScaleTarget, WeightVersion
+from bus.objects import delete_object, get_object, list_objects, put_object
+from tests.test_codec import samples
+
+ASSIGNMENT = next(s for s in samples() if type(s).__name__ == "TaskAssignment")
+
+
+def assignment(i: int):
+    import msgspec
+
+    return msgspec.structs.replace(ASSIGNMENT, assignment_id=f"a{i}")
+
+
+async def dead_letters(bus) -> list[DeadLetter]:
+    out = []
+    async for _, letter, _ in bus.replay(subjects.STREAM_DLQ, f"{subjects.DEAD_LETTERS}.>",
+                                         DeadLetter, follow=False):
+        out.append(letter)
+    return out
+
+
+async def serve_for(bus, handler, seconds: float, **kwargs) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), handler,
+                                      **kwargs))
+        await anyio.sleep(seconds)
+        bus.stopping.set()
+
+
+async def test_retried_publish_is_stored_once(bus):
+    """Publishing the same msg id twice stores one message; the second ack says duplicate."""
+    assert await bus.publish(subjects.TASKS, assignment(1), msg_id="a1") is False
+    assert await bus.publish(subjects.TASKS, assignment(1), msg_id="a1") is True
+    (state,) = await bus.stream_states([subjects.STREAM_TASKS])
+    assert state.messages == 1
+
+
+async def test_publish_many_stores_all_and_counts_new(bus):
+    """Pipelined publishing stores every message once."""
+    items = [(f"a{i}", assignment(i)) for i in range(50)]
+    assert await bus.publish_many(subjects.TASKS, items) == 50
+    assert await bus.publish_many(subjects.TASKS, items[:10]) == 0
+    (state,) = await bus.stream_states([subjects.STREAM_TASKS])
+    assert state.messages == 50
+
+
+async def test_bad_payloads_go_to_dead_letter_and_consumer_keeps_serving(bus):
+    """Malformed and wrong-version payloads are dead-lettered with reasons; good work flows."""
+    await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
+    await bus.nc.publish(subjects.TASKS, b"\xc1 not msgpack")
+    await bus.nc.publish(subjects.TASKS, msgpack.packb({"t": "whet.assignment.v9", "x": 1}))
+    await bus.publish(subjects.TASKS, assignment(2), msg_id="a2")
+    seen = []
+
+    async def handle(msg, delivery):
+        seen.append(msg.assignment_id)
+
+    await serve_for(bus, handle, 2.0)
+    assert seen == ["a1", "a2"]
+    letters = await dead_letters(bus)
+    assert sorted(l.reason for l in letters) == ["malformed", "schema_mismatch"]
+    mismatch = next(l for l in letters if l.reason == "schema_mismatch")
+    assert "whet.assignment.v9" in mismatch.error and "whet.assignment.v1" in mismatch.error
+    assert mismatch.stream == subjects.STREAM_TASKS and mismatch.subject == subjects.TASKS
+    assert msgpack.unpackb(mismatch.payload)["t"] == "whet.assignment.v9"
+    (tasks,) = await bus.stream_states([subjects.STREAM_TASKS])
+    assert tasks.messages == 0, "everything was settled: processed or dead-lettered"
+
+
+async def test_failing_handler_is_retried_then_dead_lettered(bus):
+    """A handler that keeps raising gets max_deliver tries, then the message is dead-lettered."""
+    await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
+    tries = []
+
+    async def handle(msg, delivery):
+        tries.append(delivery.deliveries)
+        raise RuntimeError("boom")
+
+    await serve_for(bus, handle, 6.0, max_deliver=3)
+    assert tries == [1, 2, 3]
+    (letter,) = await dead_letters(bus)
+    assert letter.reason == "handler_error" and "boom" in letter.error
+    assert letter.deliveries == 3
+
+
+async def test_in_flight_work_is_bounded(bus):
+    """No more than max_in_flight messages are held at once."""
+    await bus.publish_many(subjects.TASKS, [(f"a{i}", assignment(i)) for i in range(30)])
+    held, peak, done = 0, 0, []
+
+    async def handle(msg, delivery):
+        nonlocal held, peak
+        held += 1
+        peak = max(peak, held)
+        await anyio.sleep(0.05)
+        held -= 1
+        done.append(msg.assignment_id)
+
+    await serve_for(bus, handle, 3.0, max_in_flight=4)
+    assert len(done) == 30
+    assert peak == 4
+
+
+async def test_stop_gives_back_unfinished_work(bus):
+    """Work still running when the drain time ends is nak'ed and redelivered, not lost."""
+    await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
+    started = anyio.Event()
+
+    async def slow(msg, delivery):
+        started.set()
+        await anyio.sleep(60)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), slow,
+                                      drain_s=0.5))
+        await started.wait()
+        bus.stopping.set()
+    bus.stopping = anyio.Event()
+    again = []
+
+    async def fast(msg, delivery):
+        again.append((msg.assignment_id, delivery.deliveries))
+
+    await serve_for(bus, fast, 1.5)
+    assert again == [("a1", 2)]
+
+
+async def test_kv_holds_and_watches_values(bus):
+    """A KV watch yields the current value, then each update."""
+    await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                     WeightVersion(version=1, object_name="v1"))
+    seen = []
+    with anyio.move_on_after(5):
+        async for value in bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion):
+            seen.append(value.version)
+            if value.version == 1:
+                await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                 WeightVersion(version=2, object_name="v2"))
+            if value.version == 2:
+                break
+    assert seen == [1, 2]
+    targets = {"scale.a": ScaleTarget(kind="a", count=1), "scale.b": ScaleTarget(kind="b", count=2)}
+    for key, target in targets.items():
+        await bus.kv_put(subjects.BUCKET_RUN, key, target)
+    assert await bus.kv_items(subjects.BUCKET_RUN, ScaleTarget, prefix="scale.") == targets
+
+
+async def test_weights_object_round_trips_with_checksum(bus):
+    """A multi-chunk object reads back byte-identical; a replaced one frees the old chunks."""
+    data = os.urandom(5 * 1024 * 1024 + 123)
+    stored = await put_object(bus, subjects.BUCKET_WEIGHTS, "v1", data)
+    assert stored.chunks >= 5 and stored.size == len(data)
+    assert await get_object(bus, subjects.BUCKET_WEIGHTS, "v1") == data
+    await put_object(bus, subjects.BUCKET_WEIGHTS, "v1", data[:1000])
+    assert await get_object(bus, subjects.BUCKET_WEIGHTS, "v1") == data[:1000]
+    (state,) = await bus.stream_states(["OBJ_" + subjects.BUCKET_WEIGHTS])
+    assert state.bytes < 1024 * 1024, "the first version's chunks were purged"
+    assert await list_objects(bus, subjects.BUCKET_WEIGHTS) == ["v1"]
+    await delete_object(bus, subjects.BUCKET_WEIGHTS, "v1")
+    assert await list_objects(bus, subjects.BUCKET_WEIGHTS) == []
+
+
+async def test_corrupted_object_is_refused(bus):
+    """If stored chunks no longer match the recorded checksum, the read fails loudly."""
+    await put_object(bus, subjects.BUCKET_WEIGHTS, "v1", b"a" * 3000)
+    stream = "OBJ_" + subjects.BUCKET_WEIGHTS
+    info = await bus.js.stream_info(stream)
+    chunk_seq = info.state.first_seq
+    raw = await bus.js.get_msg(stream, chunk_seq)
+    await bus.js.delete_msg(stream, chunk_seq)
+    await bus.js.publish(raw.subject, b"b" * 3000)
+    with pytest.raises(ObjectCorrupt, match="checksum"):
+        await get_object(bus, subjects.BUCKET_WEIGHTS, "v1")
