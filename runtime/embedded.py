@@ -145,15 +145,5 @@ def stop_pid(pid: int, timeout_s: float = 15.0) -> bool:
     while time.monotonic() < deadline:
         if not alive(pid):
             return True
-        if _zombie(pid):  # exited; only its parent has not reaped it yet
-            return True
         time.sleep(0.1)
     return False
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
