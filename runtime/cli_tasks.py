@@ -30,10 +30,15 @@ OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write tasks
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     tasks = typer.Typer(no_args_is_help=True, help="Environments and task files.")
     app.add_typer(tasks, name="tasks")
+    _register_generate(tasks)
+    _register_check(tasks)
+    _register_import(tasks)
+
+
+def _register_generate(tasks: typer.Typer) -> None:
+    from runtime.cli import friendly
 
     @tasks.command("envs")
     @friendly
@@ -68,6 +73,10 @@ def register(app: typer.Typer) -> None:
         if written < count:
             raise WhetError(f"tasks generate: only {written} of {count} tasks passed the gates")
 
+
+def _register_check(tasks: typer.Typer) -> None:
+    from runtime.cli import friendly
+
     @tasks.command("check")
     @friendly
     def check(
@@ -88,6 +97,10 @@ def register(app: typer.Typer) -> None:
                    f"{_summary(tally)}", err=True)
         if found.errors or sum(tally.rejected.values()):
             raise typer.Exit(1)
+
+
+def _register_import(tasks: typer.Typer) -> None:
+    from runtime.cli import friendly
 
     @tasks.command("import")
     @friendly
