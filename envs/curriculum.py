@@ -28,6 +28,8 @@ from envs.config import SamplerConfig
 BANDS = ("unmeasured", "in_band", "solved", "unsolved")
 MIN_EVIDENCE = 2.0
 "Decayed attempts a task needs before its pass rate places it in a band."
+RUNG_RATE_STEP = 0.05
+"Weight of one attempt in a rung's moving pass rate (about the last 20 attempts count)."
 
 
 class Bucket:
@@ -81,6 +83,8 @@ class Curriculum:
         self.buckets: dict[tuple[str, int, str], Bucket] = {}
         self.rungs: dict[str, list[int]] = {}
         self.frontiers: dict[str, Frontier] = {}
+        self.rung_rates: dict[tuple[str, int], float] = {}
+        "Pass rate of each (domain, rung) on the recent policy (moving average of attempts)."
         self.band_weight = {"unmeasured": config.unmeasured_weight, "in_band": 1.0,
                             "solved": config.out_of_band_weight,
                             "unsolved": config.out_of_band_weight}
@@ -142,6 +146,10 @@ class Curriculum:
             self.last_group[i] = group_id
         self.attempts[i] += 1.0
         self.passes[i] += 1.0 if passed else 0.0
+        key = (self.domain[i], self.rung[i])
+        old = self.rung_rates.get(key)
+        self.rung_rates[key] = float(passed) if old is None else \
+            old + RUNG_RATE_STEP * (float(passed) - old)
         self._rebucket(i)
         self._move_frontier(i, passed)
 
@@ -232,13 +240,15 @@ class Curriculum:
     # --- reporting and persistence -----------------------------------------------------
 
     def gauges(self) -> dict[str, float]:
-        """Pool size, band counts and frontier rung per domain (for heartbeats)."""
+        """Pool size, band counts, frontier and measured pass rate per rung (heartbeats)."""
         out: dict[str, float] = {"pool": float(len(self.ids))}
         for (domain, _, band), bucket in self.buckets.items():
             key = f"{domain}.{band}"
             out[key] = out.get(key, 0.0) + len(bucket)
         for domain, f in self.frontiers.items():
             out[f"{domain}.frontier"] = float(f.rung)
+        for (domain, rung), rate in self.rung_rates.items():
+            out[f"{domain}.L{rung}.pass_rate"] = round(rate, 4)
         return out
 
     def snapshot(self) -> dict:

@@ -157,3 +157,13 @@ def test_divergence_warning_needs_reward_up_and_heldout_flat():
     rising = [EvalPoint(version=v, overall=0.3 + 0.1 * v, train_reward=0.1 * v) for v in range(3)]
     assert reward_without_heldout_gain(rising, window=3, reward_rise=0.05, tolerance=0.0) == ""
     assert reward_without_heldout_gain(flat[:2], window=3, reward_rise=0.05, tolerance=0.0) == ""
+
+
+def test_rung_difficulty_is_graded_by_measured_pass_rate():
+    """A rung the policy solves reports a high pass rate, one it fails a low one."""
+    c = _pool(rungs=(0, 3), per=5)
+    for g in range(10):
+        c.record(f"python/0/{g % 5}", True, group_id=f"a{g}")
+        c.record(f"python/3/{g % 5}", False, group_id=f"b{g}")
+    gauges = c.gauges()
+    assert gauges["python.L0.pass_rate"] > 0.9 and gauges["python.L3.pass_rate"] < 0.1
