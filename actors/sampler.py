@@ -213,8 +213,12 @@ class Sampler:
                                 concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus))
         await self.load_rates()
         self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
+        pooled = set(self.curriculum.rungs)
         log.info("intake.completed", accepted=tally.accepted, rejected=dict(tally.rejected),
-                 bad_records=len(errors), pool=len(self.curriculum))
+                 bad_records=len(errors), pool=len(self.curriculum),
+                 not_trained=sorted(pooled - set(self.curriculum.mix)))
+        if set(self.curriculum.mix) - pooled:
+            log.warning("intake.mix_without_tasks", domains=sorted(set(self.curriculum.mix) - pooled))
 
     async def snapshots(self) -> None:
         while True:

@@ -99,6 +99,8 @@ def validity_problems(task: Task) -> list[str]:
             json.loads(v.reference)
         except ValueError as exc:
             problems.append(f"verifier.extra.schema or reference: not JSON ({exc})")
+    if task.limits.timeout_s <= 0 or task.limits.memory_mb <= 0:
+        problems.append("limits: timeout_s and memory_mb must be positive")
     if v.kind == "python_check" and not v.hidden.strip():
         problems.append("verifier.hidden: python_check needs the test source")
     return problems
