@@ -11,6 +11,7 @@ its in-flight work is finished or given back. Users add kinds of their own in co
 """
 
 KINDS: dict[str, str] = {
+    "executor": "actors.executor:run",
     "sampler": "actors.sampler:run",
     "evaluator": "actors.evaluator:run",
     "judge": "actors.judge:run",

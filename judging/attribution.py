@@ -8,10 +8,11 @@ Infrastructure causes, which must never become rewards: `infra.sandbox` (launche
 harness), `infra.resource_exhausted` (by other jobs), `infra.executor_killed`,
 `infra.cpu_starvation`, `infra.missing_dependency`.
 
-CPU starvation is told apart from a slow program by the run-queue delay the harness measured
-for the call that timed out (waiting to run, not running), and at job level by CPU time
-against wall time; where neither settles it, the doubt goes to infrastructure, so the
-attempt is re-run rather than punished. It does NOT detect hacks (`judging.hacks`).
+CPU starvation is told apart from a slow program by how the call ended: a call that used its
+CPU budget is slow by itself however busy the machine was; one that reached the deadline
+having waited to run more than it ran (the run-queue delay the harness measured) was
+starved. At job level, CPU time against wall time decides. Where neither settles it, the
+doubt goes to infrastructure, so the attempt is re-run rather than punished. It does NOT detect hacks (`judging.hacks`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import sys
 from dataclasses import dataclass
 
 from bus.messages import ExecutionResult, Task
-from judging.layers import TestResult
+from judging.layers import ScoredTest
 from judging.report import Report
 
 STARVED = 0.5
-"A call that waited to run for at least this share of its wall time was starved."
+"A call that waited to run for this share of its wall time (and longer than it ran) starved."
 BUSY = 0.5
 "A call that ran on a CPU for at least this share of its wall time spun by itself."
 _RESOURCE_WORDS = re.compile(r"resource|exhausted|no space|enospc|eagain|cannot allocate|"
@@ -45,7 +46,7 @@ class Cause:
 
 
 def attribute(task: Task, result: ExecutionResult, report: Report,
-              tests: list[TestResult]) -> Cause | None:
+              tests: list[ScoredTest]) -> Cause | None:
     """Why the attempt failed, or None if every counted test passed and the job ended well."""
     job = job_cause(result, report, task.limits.memory_mb)
     if job is not None:
@@ -55,7 +56,11 @@ def attribute(task: Task, result: ExecutionResult, report: Report,
         # Tests left unrun when the budget ran out are the consequence of the calls that
         # timed out, whose own evidence says whose fault that was.
         failing = [t for t in failing if t.status != "missing"]
-    causes = [test_cause(t, task, result) for t in failing]
+    if any(t.status == "timeout" and t.record.get("limit") == "cpu" for t in failing):
+        # A call that spent its CPU budget is slow by itself; calls later cut off by the
+        # harness's deadline (which it ate) say nothing about the machine.
+        failing = [t for t in failing if t.status != "timeout" or t.record.get("limit") == "cpu"]
+    causes = [cause_of_test(t, task, result) for t in failing]
     for cause in causes:
         if cause.infra:
             return cause
@@ -103,7 +108,7 @@ def job_cause(result: ExecutionResult, report: Report, memory_mb: int) -> Cause 
     return Cause("infra.sandbox", f"harness ended with exit {result.exit_code} {where}: {result.stderr[-300:]}")
 
 
-def test_cause(t: TestResult, task: Task, result: ExecutionResult) -> Cause:
+def cause_of_test(t: ScoredTest, task: Task, result: ExecutionResult) -> Cause:
     """The cause of one failed test, from its harness record."""
     rec, s = t.record, t.status
     evidence = f"{t.id}: {t.detail}"[:800]
@@ -139,9 +144,13 @@ def timeout_cause(rec: dict, evidence: str) -> Cause:
     cpu = float(rec.get("cpu_s", 0.0))
     delay = rec.get("run_delay_s")
     usage = f"cpu {cpu:.2f} s, waiting to run {delay if delay is not None else '?'} s, of {wall:.2f} s wall"
-    if delay is not None and float(delay) >= STARVED * wall:
+    if rec.get("limit") == "cpu":
+        return Cause("model.timeout", f"{evidence}; spinning: {usage}")
+    waited = float(delay) if delay is not None else 0.0
+    if delay is not None and waited >= STARVED * wall and waited > cpu:
         return Cause("infra.cpu_starvation", f"{evidence}; starved: {usage}")
-    if cpu >= BUSY * wall:
+    if cpu >= BUSY * wall or (delay is not None and cpu >= waited and cpu >= 0.1 * wall):
+        # It ran at least as long as it waited: slow by itself, even on a busy machine.
         return Cause("model.timeout", f"{evidence}; spinning: {usage}")
     if delay is None:
         return Cause("infra.cpu_starvation", f"{evidence}; cannot tell a wait from starvation: {usage}")

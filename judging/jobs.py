@@ -27,7 +27,7 @@ from judging.harness import checks, wire
 
 COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
-SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "wire.py")
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
 MODES = {"python_io": "function", "python_check": "check", "script_io": "script"}
 DEFAULT_RANDOM = 10
 
@@ -67,6 +67,7 @@ def make_spec(task: Task, nonce: str) -> dict:
     spec = {"v": 1, "nonce": nonce, "mode": mode, "entry_point": task.entry_point,
             "solution": "solution.py", "budget_s": round(max(limits.timeout_s * 0.75 - 0.3, 0.2), 3),
             "call_timeout_s": round(max(limits.timeout_s * 0.25, 0.2), 3),
+            "call_cpu_s": round(max(min(limits.cpu_s, limits.timeout_s) * 0.1, 0.1), 3),
             "memory_mb": limits.memory_mb, "output_bytes": max(limits.output_bytes // 4, 1024),
             "requires": [m.strip() for m in v.extra.get("requires", "").split(",") if m.strip()]}
     if mode == "check":
@@ -96,7 +97,10 @@ def expected_ids(spec: dict) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for layer in spec["layers"]:
         if "check" in layer:
-            n = checks.plan_check(layer["check"]).tests
+            try:
+                n = check_tests(layer["check"])
+            except (SyntaxError, ValueError) as exc:
+                raise TaskError(f"verifier.{layer['name']}: {exc}") from None
         else:
             n = len(layer.get("cases", layer.get("runs", [])))
         out[layer["name"]] = [f"{layer['name']}/{i}" for i in range(n)]
@@ -104,6 +108,12 @@ def expected_ids(spec: dict) -> dict[str, list[str]]:
     n = len(rb.get("cases", [])) + len(rb.get("inputs", [])) + int(rb.get("count", 0))
     out["robustness"] = [f"robustness/{i}" for i in range(n)]
     return out
+
+
+@functools.lru_cache(maxsize=4096)
+def check_tests(source: str) -> int:
+    """How many tests a check source holds (parsed once per distinct source)."""
+    return checks.plan_check(source).tests
 
 
 def _random(task: Task, default: int) -> dict:

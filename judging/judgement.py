@@ -18,6 +18,7 @@ structured documents). It does no I/O.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -28,7 +29,7 @@ from judging.config import RewardConfig
 from judging.extract import Candidate, from_completion
 from judging.hacks import HackSign, detect
 from judging.harness import wire
-from judging.layers import TEST_LAYERS, TestResult, layer_results, score_tests
+from judging.layers import TEST_LAYERS, ScoredTest, layer_results, score_tests
 from judging.report import read_report
 from judging.reward import compose
 
@@ -42,7 +43,7 @@ class Judgement:
     cause: str
     evidence: str
     layers: list[LayerResult]
-    tests: list[TestResult] = field(default_factory=list)
+    tests: list[ScoredTest] = field(default_factory=list)
     hacks: list[HackSign] = field(default_factory=list)
     digest: str = ""
     "Hash of what the candidate produced (determinism checks)."
@@ -96,7 +97,7 @@ def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult,
     return conclude(cand, layers, tests, hacks, cause, turns, weights, report.digest)
 
 
-def conclude(cand: Candidate, layers: list[LayerResult], tests: list[TestResult],
+def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest],
              hacks: list[HackSign], cause: Cause | None, turns: int, weights: RewardConfig,
              digest: str) -> Judgement:
     reward, parts = compose(compiled=True, format_ok=cand.format_ok, layers=layers, turns=turns,
@@ -112,20 +113,25 @@ def conclude(cand: Candidate, layers: list[LayerResult], tests: list[TestResult]
     return Judgement("pass", reward, parts, "", "", layers, tests, [], digest)
 
 
-def dropped(cause: Cause, layers: list[LayerResult], tests: list[TestResult]) -> Judgement:
+def dropped(cause: Cause, layers: list[LayerResult], tests: list[ScoredTest]) -> Judgement:
     return Judgement("dropped", None, {}, cause.cause, cause.evidence, layers, tests)
 
 
 def judge_document(task: Task, cand: Candidate, turns: int, weights: RewardConfig) -> Judgement:
     """Structured tasks: schema into the structure layer, content rules into visible/hidden."""
     v = task.verifier
-    schema = json.loads(v.extra.get("schema", "{}") or "{}")
-    violations = structured.schema_errors(cand.value, schema)
-    tests = []
-    for layer, text in (("visible", v.visible), ("hidden", v.hidden)):
-        for i, rule in enumerate(structured.rules_of(text, layer)):
-            ok, detail = structured.check_rule(cand.value, rule)
-            tests.append(TestResult(f"{layer}/{i}", layer, ok, "ok" if ok else "wrong", detail, {}))
+    try:
+        schema = json.loads(v.extra.get("schema", "{}") or "{}")
+        rules = [(layer, structured.rules_of(text, layer)) for layer, text in (("visible", v.visible), ("hidden", v.hidden))]
+    except ValueError as exc:
+        return dropped(Cause("infra.bad_task", f"structured verifier data: {exc}"), [], [])
+    try:
+        violations = structured.schema_errors(cand.value, schema)
+        tests = [ScoredTest(f"{layer}/{i}", layer, ok, "ok" if ok else "wrong", detail, {})
+                 for layer, layer_rules in rules
+                 for i, (ok, detail) in enumerate(structured.check_rule(cand.value, r) for r in layer_rules)]
+    except re.error as exc:
+        return dropped(Cause("infra.bad_task", f"structured verifier pattern: {exc}"), [], [])
     base = cand.structure(task)
     structure = LayerResult(name="structure", passed=base.passed + (not violations), total=base.total + 1,
                             ok=base.ok and not violations,

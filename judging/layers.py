@@ -1,6 +1,6 @@
 """Score the harness's report into per-test results and the visible, hidden and robustness layers.
 
-Consumes the task, the job spec and the `Report`; produces one `TestResult` per test id the
+Consumes the task, the job spec and the `Report`; produces one `ScoredTest` per test id the
 spec demands (a missing record is a failure, never a pass), and a `LayerResult` per layer.
 Returned values of cases are compared here, against expected values that never entered the
 sandbox; randomized inputs are compared against the reference's values. A test marked
@@ -23,7 +23,7 @@ TEST_LAYERS = ("visible", "hidden", "robustness")
 
 
 @dataclass(frozen=True)
-class TestResult:
+class ScoredTest:
     id: str
     layer: str
     passed: bool | None
@@ -35,7 +35,7 @@ class TestResult:
     record: dict
 
 
-def score_tests(task: Task, spec: dict, report: Report) -> list[TestResult]:
+def score_tests(task: Task, spec: dict, report: Report) -> list[ScoredTest]:
     """One result per expected test id, in layer order."""
     expected = _expected_outputs(task)
     fixed = len(spec.get("robustness", {}).get("cases", []))
@@ -45,17 +45,17 @@ def score_tests(task: Task, spec: dict, report: Report) -> list[TestResult]:
             rec = report.tests.get(test_id)
             if rec is None:
                 why = "not run: the harness budget was spent" if report.budget_spent else "not reported"
-                out.append(TestResult(test_id, layer, False, "missing", why, {}))
+                out.append(ScoredTest(test_id, layer, False, "missing", why, {}))
                 continue
             status = str(rec.get("status"))
             if status == "invalid":
-                out.append(TestResult(test_id, layer, None, status, str(rec.get("detail", "")), rec))
+                out.append(ScoredTest(test_id, layer, None, status, str(rec.get("detail", "")), rec))
             elif status != "ok":
-                out.append(TestResult(test_id, layer, False, status, str(rec.get("detail", ""))[:1500], rec))
+                out.append(ScoredTest(test_id, layer, False, status, str(rec.get("detail", ""))[:1500], rec))
             else:
                 key = (layer, i) if layer != "robustness" or i < fixed else None
                 passed, detail = _judge_ok(task, rec, expected.get(key) if key else None, key is None)
-                out.append(TestResult(test_id, layer, passed, "ok" if passed else "wrong", detail, rec))
+                out.append(ScoredTest(test_id, layer, passed, "ok" if passed else "wrong", detail, rec))
     return out
 
 
@@ -92,7 +92,7 @@ def _expected_outputs(task: Task) -> dict[tuple[str, int], object]:
     return out
 
 
-def layer_results(tests: list[TestResult]) -> list[LayerResult]:
+def layer_results(tests: list[ScoredTest]) -> list[LayerResult]:
     """Visible, hidden and robustness layers (a layer without counted tests has total 0)."""
     layers = []
     for name in TEST_LAYERS:

@@ -43,7 +43,11 @@ async def judge_once(attempt: Attempt, backend, config: JudgeConfig) -> tuple[Ju
     if early is not None:
         return early, None
     job = build_job(attempt.task, cand)
-    result = await backend.run(job)
+    try:
+        result = await backend.run(job)
+    except Exception as exc:  # noqa: BLE001 - as the executor does: a backend bug is the sandbox's failure
+        result = ExecutionResult(status="sandbox_error", sandbox_failed=True,
+                                 sandbox_error=f"backend error: {exc!r}"[:1000])
     return judge_result(attempt.task, cand, job, result, turns, config.reward), result
 
 

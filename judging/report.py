@@ -38,9 +38,12 @@ def read_report(result: ExecutionResult, nonce: str) -> Report:
     text = result.report
     if not text:
         tag = f"\x1ewhet-report:{nonce} "
-        text = "\n".join(line[len(tag):] for line in result.stderr.splitlines() if line.startswith(tag))
+        # split("\n"), not splitlines(): the tag's \x1e counts as a line break there.
+        text = "\n".join(line[len(tag):] for line in result.stderr.split("\n") if line.startswith(tag))
     report = Report()
-    for line in text.splitlines():
+    for line in text.split("\n"):
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
             kind = record["k"]

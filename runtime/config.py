@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
 from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from judging.config import JudgeConfig
@@ -110,6 +111,7 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    executor: ExecutorConfig = ExecutorConfig()
     envs: EnvsConfig = EnvsConfig()
     sampler: SamplerConfig = SamplerConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()

@@ -14,10 +14,11 @@ Every backend has the same shape:
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from bus.messages import ExecutionResult, Job
-from sandbox.config import SandboxConfig
+if TYPE_CHECKING:  # the package stays importable without msgspec (sandbox.envbuild runs on bare CI)
+    from bus.messages import ExecutionResult, Job
+    from sandbox.config import SandboxConfig
 
 
 class Backend(Protocol):
@@ -28,10 +29,21 @@ class Backend(Protocol):
     async def aclose(self) -> None: ...
 
 
-async def open_backend(config: SandboxConfig) -> Backend:
-    """Create the backend `config.backend` names."""
+async def open_backend(config: SandboxConfig, slots: int = 1, run_id: str = "") -> Backend:
+    """Create the backend `config.backend` names, able to run `slots` jobs at once.
+
+    `run_id` labels what the backend leaves in shared places (docker containers), so a
+    restarted instance can reap its own leftovers and no one else's."""
     if config.backend == "subprocess":
         from sandbox.plain import PlainBackend
 
         return PlainBackend(config)
+    if config.backend == "local":
+        from sandbox.local import LocalBackend
+
+        return await LocalBackend.open(config, slots)
+    if config.backend == "docker":
+        from sandbox.docker import DockerBackend
+
+        return await DockerBackend.open(config, slots, run_id)
     raise ValueError(f"sandbox backend {config.backend!r} is not available")

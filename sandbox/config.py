@@ -1,17 +1,34 @@
 """Sandbox configuration (the `[executor.sandbox]` table).
 
 Consumes nothing; declares which backend runs jobs and how. Validated with the run config.
+Importable without aiodocker (the slim image has none).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
+
+import msgspec
 
 from runtime.section import Section
 
 
 class SandboxConfig(Section):
-    backend: Literal["subprocess", "local", "docker"] = "subprocess"
+    backend: Literal["subprocess", "local", "docker"] = "local"
     "Which backend runs jobs. 'subprocess' isolates nothing: a baseline, never for model output."
     workdir_root: str = ""
     "Where job directories are made; empty uses the system temp dir."
+    envs_dir: str = ""
+    "Folder of built environment trees (python -m sandbox.envbuild); empty: WHET_ENVS_DIR or /var/cache/whetstone/envs."
+    uid_base: Annotated[int, msgspec.Meta(ge=1000, le=2**31 - 1024)] = 64000
+    "Slot N runs as uid/gid uid_base+N: unprivileged, and never shared by two live jobs."
+    warm_python: bool = True
+    "local: run `python3 ...` jobs in the warm zygote (same isolation, no interpreter start)."
+    docker_host: str = ""
+    "Docker API socket; empty: DOCKER_HOST, then the private engine's unix:///run/whetstone/docker.sock."
+    docker_start_engine: bool = True
+    "Start a private dockerd (no bridge, no iptables) when nothing answers at the socket."
+    docker_runtime: Literal["runc", "runsc"] = "runc"
+    "OCI runtime of job containers ('runsc' is gVisor; the engine must have it registered)."
+    docker_warm_pool: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
+    "Containers kept running per executor for `exec` jobs; 0 runs every job in a fresh container."

@@ -1,10 +1,11 @@
 """The harness's handle on one worker process: spawn, ask, wait with a deadline, measure, kill.
 
-Consumes requests (dicts) and a deadline; produces `Reply` values: the worker's answer, or
-what happened instead (timeout, exit, killed, output_limit), with the wall time, the CPU
-time and the run-queue delay of the worker's threads over the request. The run-queue delay
-(from /proc/<pid>/task/*/schedstat) tells a candidate that spun (CPU time close to wall
-time) from one that was starved of the CPU by other work (waiting to run). The worker's
+Consumes requests (dicts), a CPU budget and a deadline; produces `Reply` values: the
+worker's answer, or what happened instead (timeout, exit, killed, output_limit), with the
+wall time, the CPU time and the run-queue delay of the worker's threads over the request
+(from /proc/<pid>/task/*/schedstat). A request times out when the worker has used its CPU
+budget (slow by itself, on any machine) or at the deadline; at the deadline, a long
+run-queue delay tells a program starved of the CPU by other work from one that slept. The worker's
 stdout and stderr are read here: forwarded to the harness's own, up to a cap, or captured
 (script mode). It does NOT decide what a reply means.
 """
@@ -64,8 +65,13 @@ class Channel:
         self.buf = b""
         self.alive = True
 
-    def ask(self, request: dict, timeout_s: float) -> Reply:
-        """Send `request` (None: just wait for the next answer) and wait for the answer."""
+    def ask(self, request: dict | None, wall_s: float, cpu_s: float, wall_cap_s: float) -> Reply:
+        """Send `request` (None: just wait for the next answer) and wait for the answer.
+
+        It times out when the worker has run `cpu_s` seconds on a CPU, or after `wall_s`
+        seconds. A slow program hits the CPU budget however busy the machine is; one that
+        waits to run hits the wall limit with little CPU used, which is starvation. Where CPU
+        time cannot be read, `wall_cap_s` bounds the wait instead."""
         before = _sched(self.proc.pid)
         start = time.monotonic()
         if request is not None:
@@ -73,7 +79,8 @@ class Channel:
                 _write_all(self.req_w, (json.dumps(request) + "\n").encode())
             except OSError:
                 pass  # the worker is gone; the wait below reports how it ended
-        reply = self._wait(start + max(timeout_s, 0.0))
+        wall = max(wall_s, 0.0) if before else min(max(wall_s, 0.0), wall_cap_s)
+        reply = self._wait(start + wall, before, cpu_s)
         reply.wall_s = time.monotonic() - start
         after = _sched(self.proc.pid) if self.alive else None
         if before and after:
@@ -83,8 +90,9 @@ class Channel:
             self.kill()
         return reply
 
-    def _wait(self, deadline: float) -> Reply:
+    def _wait(self, deadline: float, before: tuple[float, float] | None, cpu_s: float) -> Reply:
         fds = [self.resp_r, *self.out]
+        cpu_left = cpu_s
         while True:
             line, sep, rest = self.buf.partition(b"\n")
             if sep:
@@ -95,7 +103,13 @@ class Channel:
                     continue  # garbage written into the channel by the program: ignored
             left = deadline - time.monotonic()
             if left <= 0:
-                return Reply("timeout", detail="no answer before the deadline")
+                return Reply("timeout", {"limit": "wall"}, "no answer before the deadline")
+            if before is not None:
+                now = _sched(self.proc.pid)
+                cpu_left = cpu_s - (now[0] - before[0]) if now else cpu_left
+                if cpu_left <= 0:
+                    return Reply("timeout", {"limit": "cpu"}, f"no answer after {cpu_s:.2f} s on a CPU")
+                left = min(left, max(cpu_left, 0.005))  # CPU time cannot outrun wall time (one thread)
             ready, _, _ = select.select(fds, [], [], left)
             for fd in ready:
                 chunk = os.read(fd, 65536)

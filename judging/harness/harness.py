@@ -33,21 +33,14 @@ sys.path.insert(0, HERE)
 import channel  # noqa: E402
 import checks  # noqa: E402
 import mutate  # noqa: E402
+from proxy import Proxy  # noqa: E402
 import wire  # noqa: E402
 
-SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "wire.py")
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
 
 
 class BudgetSpent(BaseException):
     """The harness's own deadline passed: stop running tests, report what is left."""
-
-
-class CandidateFailure(BaseException):
-    """A call to the candidate ended without a value (timeout, exit, kill, flood, refusal)."""
-
-    def __init__(self, outcome: dict) -> None:
-        super().__init__(outcome["detail"])
-        self.outcome = outcome
 
 
 class Report:
@@ -100,7 +93,7 @@ class Session:
         ch = self.channels[who] = self.channel(who)
         for request in (None, {"op": "load", "source": self.sources[who], "entry": self.spec["entry_point"],
                                "filename": f"{who if who == 'reference' else 'solution'}.py"}):
-            outcome = self.outcome(who, ch.ask(request, self.left()))
+            outcome = self.outcome(who, self.ask(ch, request, self.spec["call_timeout_s"]))
             if outcome["status"] != "ok":
                 outcome["detail"] = "while loading: " + outcome["detail"]
                 self.load_failed[who] = outcome
@@ -112,7 +105,7 @@ class Session:
         ch = self.ready(who)
         if isinstance(ch, dict):
             return dict(ch)
-        outcome = self.outcome(who, ch.ask({"op": "call", "args": args}, self.left()))
+        outcome = self.outcome(who, self.ask(ch, {"op": "call", "args": args}))
         if outcome["status"] not in ("ok", "error", "unencodable"):
             ch.close()  # it hung, exited or flooded: the next call gets a fresh worker
         if who == "candidate":
@@ -121,8 +114,10 @@ class Session:
                 self.calls.append(args)
         return outcome
 
-    def left(self) -> float:
-        return min(self.spec["call_timeout_s"], self.deadline - time.monotonic())
+    def ask(self, ch: channel.Channel, request: dict | None, cpu_s: float = 0.0) -> channel.Reply:
+        """One request under a CPU budget (a call's, unless given), until the harness's deadline."""
+        return ch.ask(request, self.deadline - time.monotonic(), cpu_s or self.spec["call_cpu_s"],
+                      self.spec["call_timeout_s"])
 
     def outcome(self, who: str, r: channel.Reply) -> dict:
         """One call's result as a plain record: status, detail, value and measurements."""
@@ -130,6 +125,8 @@ class Session:
                "cpu_s": round(r.cpu_s, 4), "rss_mb": round(r.rss_mb, 1)}
         if r.run_delay_s is not None:
             out["run_delay_s"] = round(r.run_delay_s, 4)
+        if r.status == "timeout":
+            out["limit"] = r.data.get("limit", "wall")
         if r.exit_code is not None:
             out["exit_code"] = r.exit_code
         d = r.data
@@ -230,9 +227,9 @@ class Session:
         with open(stdin_path, "w") as f:
             f.write(case.get("stdin", ""))
         ch = self.channel(who, cwd=cwd, capture=True, stdin_path=stdin_path)
-        outcome = self.outcome(who, ch.ask(None, self.left()))
+        outcome = self.outcome(who, self.ask(ch, None, self.spec["call_timeout_s"]))
         if outcome["status"] == "ok":
-            outcome = self.outcome(who, ch.ask({"op": "script", "source": self.sources[who]}, self.left()))
+            outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}))
         out, err, truncated = ch.output()
         ch.close()
         if outcome["status"] == "exit":
@@ -257,6 +254,8 @@ class Session:
                 continue
             run = (lambda who: self.script(who, given)) if mode == "script" else (lambda who: self.call(who, given))
             ref = run("reference")
+            if ref["status"] == "timeout" and ref.get("limit") == "wall":
+                raise BudgetSpent()  # the budget ran out: what is left is not run, not invalid
             if ref["status"] != "ok":
                 self.test(test_id, "robustness", {"status": "invalid", "detail": "reference: " + ref["detail"][:200]})
                 continue
@@ -264,54 +263,6 @@ class Session:
             outcome["reference"] = ref.get("value", ref.get("stdout"))
             outcome["input"] = given
             self.test(test_id, "robustness", outcome)
-
-
-class Proxy:
-    """Stands in for the candidate inside trusted test code; every call crosses a pipe."""
-
-    def __init__(self, session: Session, who: str) -> None:
-        self.session, self.who = session, who
-        self.failure: dict | None = None
-
-    def __call__(self, *args, **kwargs):
-        if kwargs:
-            raise TypeError("keyword arguments are not passed to the candidate")
-        outcome = self.session.call(self.who, wire.encode(list(args)))
-        if outcome["status"] == "ok":
-            return wire.decode(outcome["value"])
-        if outcome["status"] == "error":
-            raise _rebuild(outcome)
-        self.failure = self.failure or outcome
-        raise CandidateFailure(outcome)
-
-    def step(self, src: str, ns: dict) -> dict:
-        self.failure = None
-        try:
-            exec(compile(src, "<test>", "exec"), ns)
-            outcome = {"status": "ok", "detail": ""}
-        except CandidateFailure as exc:
-            outcome = exc.outcome
-        except AssertionError as exc:
-            outcome = {"status": "fail", "detail": f"assertion failed{': ' + str(exc) if str(exc) else ''}"}
-        except ImportError as exc:
-            outcome = {"status": "infra", "detail": f"test code cannot import: {exc}"}
-        except Exception as exc:  # noqa: BLE001 - a candidate error or a test error is a failure
-            outcome = getattr(exc, "_whet_outcome", None) or {
-                "status": "fail", "detail": f"{type(exc).__name__}: {exc}"[:500]}
-        return self.failure or outcome
-
-
-def _rebuild(outcome: dict) -> Exception:
-    """The candidate's exception as one of the same built-in type, so tests can expect it."""
-    kind = getattr(builtins, outcome.get("etype", ""), None)
-    if not (isinstance(kind, type) and issubclass(kind, Exception)):
-        kind = RuntimeError
-    try:
-        exc = kind(outcome["detail"][-300:])
-    except Exception:  # noqa: BLE001 - exceptions with odd constructors
-        exc = RuntimeError(outcome["detail"][-300:])
-    exc._whet_outcome = outcome
-    return exc
 
 
 def _exec_trusted(source: str, ns: dict) -> None:
@@ -344,7 +295,8 @@ def run(spec: dict, report: Report) -> None:
             return
     session = Session(spec, report)
     signal.signal(signal.SIGALRM, _spent)
-    signal.setitimer(signal.ITIMER_REAL, max(spec["budget_s"], 0.01))
+    # A backstop for trusted code that loops: calls end on their own at the budget, first.
+    signal.setitimer(signal.ITIMER_REAL, max(spec["budget_s"], 0.01) + 0.25)
     try:
         session.run_layers()
     except BudgetSpent:

@@ -1,0 +1,89 @@
+"""The executor actor: runs execution requests in sandboxes and reports what happened.
+
+Consumes `ExecutionRequest` from the durable `executor` consumer of WHET_EXEC
+(`subjects.CONSUMER_EXEC`), at most `[executor] concurrency` at once; publishes one
+`ExecutionDone` per request on `subjects.EXEC_DONE` with msg id = `request_id`, so a
+redelivered request never stores a second result.
+
+Rule for `avoid_executors` (the judge lists executors whose sandbox failed this turn): an
+instance named there gives the request back (nak, `avoid_delay_s`) while the request has been
+delivered at most `avoid_naks` times, so another instance can take it; after that it runs it
+anyway, so a stack with one executor still makes progress.
+
+A backend never raises for what a job did; should it raise for a bug of its own, the request
+is answered with a `sandbox_error` result (`sandbox_failed`), which the judge retries
+elsewhere. It does NOT judge, retry or interpret results: the judge does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import anyio
+import msgspec
+import structlog
+
+from bus import subjects
+from bus.consumer import Delivery, consume
+from bus.messages import ExecutionDone, ExecutionRequest, ExecutionResult, Job
+from runtime.section import Section
+from sandbox.config import SandboxConfig
+from sandbox.outcome import sandbox_failure
+
+log = structlog.get_logger("actors.executor")
+
+
+class ExecutorConfig(Section):
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
+    "Jobs run at once by one executor instance (its sandbox slots)."
+    avoid_naks: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
+    "Deliveries of a request that names this instance in avoid_executors before it runs here anyway."
+    avoid_delay_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5
+    "Redelivery delay when giving such a request back."
+    sandbox: SandboxConfig = SandboxConfig()
+    "How jobs are isolated ([executor.sandbox])."
+
+
+def should_give_back(request: ExecutionRequest, instance: str, deliveries: int, limit: int) -> bool:
+    """True when this instance should let another executor take `request` (see module docs)."""
+    return instance in request.avoid_executors and deliveries <= limit
+
+
+async def run_job(backend, job: Job) -> ExecutionResult:
+    """Run one job; a backend bug becomes a sandbox failure, never a lost request."""
+    try:
+        return await backend.run(job)
+    except Exception as exc:  # noqa: BLE001 - any backend bug is the sandbox's failure
+        log.exception("exec.backend_failed", error=repr(exc))
+        return sandbox_failure(getattr(backend, "name", "?"), f"backend error: {exc!r}")
+
+
+async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    cfg: ExecutorConfig = config.executor
+    instance = bus.identity.instance
+    from sandbox import open_backend
+
+    backend = await open_backend(cfg.sandbox, slots=cfg.concurrency,
+                                 run_id=f"{bus.identity.run_id}.{instance}")
+
+    async def handle(request: ExecutionRequest, delivery: Delivery) -> None:
+        if should_give_back(request, instance, delivery.deliveries, cfg.avoid_naks):
+            log.info("exec.given_back", request_id=request.request_id, deliveries=delivery.deliveries)
+            await delivery.nak(delay_s=cfg.avoid_delay_s)
+            return
+        result = await run_job(backend, request.job)
+        done = ExecutionDone(request=request, result=result, executor=instance,
+                             finished_at=time.time())
+        await bus.publish(subjects.EXEC_DONE, done, msg_id=request.request_id)
+        log.info("exec.completed", request_id=request.request_id, status=result.status,
+                 wall_s=round(result.wall_s, 3), cpu_s=round(result.cpu_s, 3),
+                 sandbox_failed=result.sandbox_failed, backend=result.backend)
+
+    try:
+        task_status.started()
+        await consume(bus, subjects.CONSUMER_EXEC, ExecutionRequest, handle,
+                      max_in_flight=cfg.concurrency, drain_s=config.supervisor.drain_s)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.aclose()

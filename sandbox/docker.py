@@ -1,0 +1,295 @@
+"""The docker backend: each job in a container of the Docker-API engine (dockerd, Podman).
+
+Consumes `Job`s (up to `slots` at once); produces `ExecutionResult`s. A cold job goes
+create -> start -> wait (with the job's timeout) -> kill -> inspect (OOMKilled) -> force-remove
+in `finally`. Containers have no network, a read-only root (the environment's image, imported
+from the same tree the local backend uses), memory = memory+swap, pids and CPU limits, every
+capability dropped, no_new_privs, the slot's unprivileged uid, and size-capped tmpfs at /tmp
+and /dev/shm. The job folder is bind-mounted read-only at /work.
+
+Output does not go through the engine's log driver (a flood would land on the host's disk):
+stdout, stderr and the fd-3 report channel are FIFOs bind-mounted from the host and read here
+with the same cap as on the local backend; logs are read only to explain a wrapper failure.
+CPU seconds and peak memory come from the slot's parent cgroup (`CgroupParent`), when the
+engine is local and uses cgroupfs; otherwise they are 0. With `docker_warm_pool`, jobs whose
+limits match the pool run by `exec` in warm containers (`sandbox.docker_pool`).
+
+It does NOT start engines itself (`sandbox.engine` does) and never reuses a cold container.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import aiodocker
+import anyio
+import structlog
+
+from bus.messages import ExecutionResult, Job, Limits
+from sandbox import cgroups, engine, envs
+from sandbox.config import SandboxConfig
+from sandbox.launch import WORK, job_env
+from sandbox.local import write_job_files
+from sandbox.outcome import Observed, bad_job, nothing_to_run, result_of, sandbox_failure, split_shell_code
+from sandbox.pipes import CappedReader, close_quietly
+from sandbox.slots import SlotPool
+
+log = structlog.get_logger("sandbox.docker")
+IO = "/.whet"
+WRAPPER = f'exec 3>{IO}/report 2>{IO}/stderr >{IO}/stdout <{IO}/stdin || exit 125; exec "$@"'
+"Opens the channels inside the container, then becomes the job's command."
+DRAIN_S = 2.0
+
+
+def host_config(limits: Limits, binds: list[str], runtime: str, parent: str) -> dict:
+    """The HostConfig of a job container: every isolation and limit in one place."""
+    memory = limits.memory_mb * 1024 * 1024
+    disk = limits.disk_mb * 1024 * 1024
+    config = {
+        "NetworkMode": "none", "ReadonlyRootfs": True, "Memory": memory, "MemorySwap": memory,
+        "PidsLimit": limits.pids, "NanoCpus": int(limits.cpus * 1e9), "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"], "ShmSize": disk, "Binds": binds,
+        "Tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,size={disk},mode=1777"},
+        "Ulimits": [{"Name": "cpu", "Soft": max(1, int(limits.cpu_s + 0.999)), "Hard": max(1, int(limits.cpu_s + 0.999))},
+                    {"Name": "fsize", "Soft": disk, "Hard": disk},
+                    {"Name": "nofile", "Soft": limits.nofile, "Hard": limits.nofile},
+                    {"Name": "core", "Soft": 0, "Hard": 0}],
+        "LogConfig": {"Type": "json-file", "Config": {"max-size": "256k", "max-file": "1"}},
+        "Runtime": runtime,
+        "Init": True,  # the job is not pid 1 (which ignores signals), exactly as under bwrap
+    }
+    if parent:
+        config["CgroupParent"] = parent
+    return config
+
+
+class JobChannels:
+    """Host side of a job's FIFOs: read ends, plus a held write end so EOF waits for us."""
+
+    def __init__(self, io_dir: Path, uid: int, stdin: bytes) -> None:
+        self.fds: list[int] = []
+        for name in ("stdout", "stderr", "report", "status"):
+            path = io_dir / name
+            if not path.exists():
+                os.mkfifo(path, 0o600)
+            os.chown(path, uid, uid)
+            read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+            # The status FIFO is not held: its EOF must mean "the wrapper is gone".
+            hold = os.open(path, os.O_WRONLY | os.O_NONBLOCK) if name != "status" else -1
+            self.fds += [read, hold]
+        (io_dir / "stdin").write_bytes(stdin)
+        os.chmod(io_dir / "stdin", 0o644)
+
+    @property
+    def read_fds(self) -> list[int]:
+        return self.fds[0::2]
+
+    def release(self) -> None:
+        """Drop our write ends: readers see EOF once the container's writers are gone too."""
+        close_quietly(*(fd for fd in self.fds[1::2] if fd >= 0))
+
+    def close(self) -> None:
+        close_quietly(*(fd for fd in self.fds if fd >= 0))
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, config: SandboxConfig, docker: aiodocker.Docker, slots: int,
+                 run_id: str, layout: cgroups.Layout | None) -> None:
+        self.config = config
+        self.docker = docker
+        self.run_id = run_id
+        self.pool = SlotPool(slots)
+        self.root = Path(tempfile.mkdtemp(prefix="whet-docker-", dir=config.workdir_root or None))
+        self.root.chmod(0o755)
+        self.group = f"whet-docker-{os.getpid()}"
+        self.cgroups: list[cgroups.SlotCgroup | None] = [None] * slots
+        if layout is not None:
+            cgroups.reap_stale(layout, "whet-docker-")
+            cgroups.SlotCgroup.prepare_root(layout, self.group)
+            self.cgroups = [cgroups.SlotCgroup(layout, self.group, i) for i in range(slots)]
+        self.layout = layout
+        self.images: dict[str, str] = {}
+        self.warm = None
+
+    @classmethod
+    async def open(cls, config: SandboxConfig, slots: int, run_id: str = "") -> DockerBackend:
+        docker = await engine.connect(config.docker_host, start=config.docker_start_engine)
+        info = await docker.system.info()
+        layout = None
+        if info.get("CgroupDriver") == "cgroupfs" and engine.engine_url(config.docker_host).startswith("unix://"):
+            layout = cgroups.detect().at_root()
+        run_id = run_id or f"exec-{os.getpid()}-{int(time.time())}"
+        backend = cls(config, docker, slots, run_id, layout)
+        await engine.reap(docker, run_id)
+        log.info("sandbox.opened", backend=cls.name, engine=info.get("ServerVersion"),
+                 cgroups=info.get("CgroupVersion"), driver=info.get("CgroupDriver"),
+                 accounting=layout is not None, runtime=config.docker_runtime, run_id=run_id)
+        if config.docker_warm_pool:
+            from sandbox.docker_pool import WarmPool
+
+            backend.warm = WarmPool(backend, min(config.docker_warm_pool, slots))
+        return backend
+
+    async def image(self, runtime: str) -> str:
+        env = envs.spec(runtime)
+        if runtime not in self.images:
+            self.images[runtime] = await engine.ensure_image(self.docker, env, self.config.envs_dir)
+        return self.images[runtime]
+
+    def slot_dirs(self, index: int) -> tuple[Path, Path]:
+        work, io = self.root / f"slot{index}" / "work", self.root / f"slot{index}" / "io"
+        io.mkdir(parents=True, exist_ok=True)
+        return work, io
+
+    def parent(self, index: int) -> str:
+        return f"/{self.group}/slot{index}" if self.layout is not None else ""
+
+    def container_config(self, job: Job, index: int, command: list[str], image: str) -> dict:
+        work, io = self.slot_dirs(index)
+        uid = self.config.uid_base + index
+        env = job_env(envs.spec(job.runtime))
+        return {
+            "Image": image, "Cmd": command, "User": f"{uid}:{uid}", "WorkingDir": WORK,
+            "Env": [f"{k}={v}" for k, v in env.items()], "NetworkDisabled": True,
+            "Labels": {engine.LABEL_RUN: self.run_id, engine.LABEL_SLOT: str(index)},
+            "HostConfig": host_config(job.limits, [f"{work}:{WORK}:ro", f"{io}:{IO}:ro"],
+                                      self.config.docker_runtime, self.parent(index)),
+        }
+
+    async def run(self, job: Job) -> ExecutionResult:
+        if not job.command:
+            return nothing_to_run(self.name)
+        try:
+            image = await self.image(job.runtime)
+        except ValueError as exc:
+            return bad_job(self.name, str(exc))
+        except (aiodocker.DockerError, RuntimeError, OSError) as exc:
+            return sandbox_failure(self.name, f"image for runtime {job.runtime!r}: {exc}")
+        index = await self.pool.take()
+        try:
+            problem = write_job_files(self.slot_dirs(index)[0], job)
+            if problem:
+                return bad_job(self.name, problem)
+            if self.warm is not None and self.warm.accepts(job):
+                return await self.warm.run(job, index)
+            return await self._run_cold(job, index, image)
+        finally:
+            await self.pool.give(index)
+
+    def start_accounting(self, index: int, limits: Limits) -> cgroups.SlotCgroup | None:
+        cg = self.cgroups[index]
+        if cg is not None:
+            # Limits are the container's; the parent only counts (generous so it never binds).
+            cg.start_job(limits.memory_mb * 4, max(limits.pids * 4, 64), 64.0)
+        return cg
+
+    async def _run_cold(self, job: Job, index: int, image: str) -> ExecutionResult:
+        started = time.monotonic()
+        _, io = self.slot_dirs(index)
+        uid = self.config.uid_base + index
+        channels = JobChannels(io, uid, job.stdin)
+        container = None
+        seen = Observed()
+        try:
+            cg = self.start_accounting(index, job.limits)
+            config = self.container_config(job, index, ["/bin/sh", "-c", WRAPPER, "whet", *job.command], image)
+            container = await self.docker.containers.create(config)
+            readers = self._readers(job, channels, seen, container)
+            code, oom = await self._start_and_wait(job, container, readers, channels, seen)
+        except (aiodocker.DockerError, OSError) as exc:
+            log.error("sandbox.container_failed", error=str(exc))
+            return sandbox_failure(self.name, f"container engine: {exc}", time.monotonic() - started)
+        finally:
+            channels.close()
+            if container is not None:
+                with anyio.CancelScope(shield=True):
+                    await _remove(container)
+        seen.wall_s = time.monotonic() - started
+        return self.conclude(job, seen, readers, cg, code, oom)
+
+    def _readers(self, job: Job, channels: JobChannels, seen: Observed, container) -> list[CappedReader]:
+        def flooded() -> None:
+            seen.output_limited = True
+
+        cap = job.limits.output_bytes
+        fds = channels.read_fds
+        return [CappedReader(fd, cap, flooded) for fd in fds[:3]] + [CappedReader(fds[3], 256, wait_first=True)]
+
+    async def _start_and_wait(self, job: Job, container, readers, channels: JobChannels,
+                              seen: Observed) -> tuple[int | None, bool]:
+        async with anyio.create_task_group() as tg:
+            for reader in readers:
+                tg.start_soon(reader.run)
+            await container.start()
+            with anyio.move_on_after(job.limits.timeout_s) as deadline:
+                while not seen.output_limited:
+                    with anyio.move_on_after(0.25):
+                        await container.wait()
+                        break
+            seen.timed_out = deadline.cancelled_caught
+            if seen.timed_out or seen.output_limited:
+                await _kill(container)
+            state = (await container.show())["State"]
+            channels.release()
+            with anyio.move_on_after(DRAIN_S):
+                for reader in readers:
+                    await reader.eof.wait()
+            tg.cancel_scope.cancel()
+        return state.get("ExitCode"), bool(state.get("OOMKilled"))
+
+    def conclude(self, job: Job, seen: Observed, readers: list[CappedReader],
+                 cg: cgroups.SlotCgroup | None, code: int | None, oom: bool) -> ExecutionResult:
+        out, err, rep, _ = readers
+        if cg is not None:
+            seen.cpu_s, seen.peak_memory_mb, cg_oom = cg.usage()
+            oom = oom or cg_oom
+        seen.oom = oom
+        if code is not None and not seen.timed_out:
+            seen.exit_code, seen.signal = split_shell_code(code)
+        elif seen.timed_out:
+            seen.signal = 9
+        seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
+        seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        if code == 125 and not seen.stderr and not seen.timed_out:
+            return sandbox_failure(self.name, "the job wrapper could not open its channels", seen.wall_s)
+        result = result_of(seen, job, self.name)
+        log.info("sandbox.finished", backend=self.name, status=result.status,
+                 exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
+        return result
+
+    async def aclose(self) -> None:
+        with anyio.CancelScope(shield=True):
+            if self.warm is not None:
+                await self.warm.aclose()
+            try:
+                await engine.reap(self.docker, self.run_id)
+            finally:
+                await self.docker.close()
+                for cg in self.cgroups:
+                    if cg is not None:
+                        cg.remove()
+                if self.layout is not None:
+                    cgroups.remove_group(self.layout, self.group)
+                shutil.rmtree(self.root, ignore_errors=True)
+
+
+async def _kill(container) -> None:
+    try:
+        await container.kill(signal="SIGKILL")
+    except aiodocker.DockerError as exc:
+        if exc.status not in (404, 409):  # already gone, or not running any more
+            raise
+
+
+async def _remove(container) -> None:
+    try:
+        await container.delete(force=True)
+    except aiodocker.DockerError as exc:
+        if exc.status != 404:
+            log.warning("sandbox.container_remove_failed", container=container.id[:12], error=str(exc))

@@ -1,0 +1,161 @@
+"""The judge's pure parts called directly: codec, test splitting, comparison, reward, attribution."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bus.errors import ConfigError
+from bus.messages import ExecutionResult, LayerResult
+from judging.attribution import job_cause, cause_of_test, timeout_cause
+from judging.compare import same_stdout, same_value
+from judging.config import RewardConfig
+from judging.harness import checks, wire
+from judging.layers import ScoredTest
+from judging.report import Report, read_report
+from judging.reward import compose
+from runtime.config import load
+from tests.judging_support import humaneval, io_task
+
+
+def test_wire_round_trips_every_safe_type():
+    """Values of the safe built-in types come back equal and with the same types."""
+    value = [None, True, 3, -2**70, 1.5, float("inf"), "s", b"\x00\xff", 1 + 2j, (1, (2,)),
+             {"a": [1], 2: {3}}, frozenset({"x"}), []]
+    back = wire.decode(json.loads(wire.dumps(wire.encode(value))))
+    assert back == value and [type(x) for x in back] == [type(x) for x in value]
+    assert wire.decode(wire.encode(float("nan"))) != wire.decode(wire.encode(float("nan")))
+
+
+@pytest.mark.parametrize("value", [type("Int", (int,), {})(3), object(), [lambda: 1], iter([])])
+def test_wire_refuses_anything_but_exact_builtins(value):
+    """Subclasses, objects and functions never cross: an always-equal object cannot be returned."""
+    with pytest.raises(wire.Unencodable):
+        wire.encode(value)
+
+
+@pytest.mark.parametrize("tree", [{"$": "pickle", "v": "x"}, {"a": 1}, {"$": "dict", "v": [[[1], 2]]},
+                                  {"$": "int", "v": 5}])
+def test_wire_decoding_refuses_what_it_did_not_write(tree):
+    """A hostile payload is refused with ValueError, never turned into an object."""
+    with pytest.raises(ValueError):
+        wire.decode(tree)
+
+
+def test_checks_count_each_asserting_statement_as_one_test():
+    """Asserts and loops holding asserts are tests; set-up and constant asserts are not."""
+    plan = checks.plan_check("import math\ndef check(c):\n    x = 2\n    assert c(1) == x\n"
+                             "    assert True\n    for i in range(3):\n        assert c(i) >= 0\n")
+    assert plan.tests == 2 and plan.param == "c" and "import math" in plan.module
+    assert checks.plan_check(humaneval()["HumanEval/53"].verifier.hidden).tests == 6
+    with pytest.raises(ValueError):
+        checks.plan_check("def test(): pass\n")
+
+
+def test_comparison_modes():
+    """exact keeps bools apart from numbers; float tolerates rounding; unordered ignores order."""
+    assert same_value([1, 2], (1, 2)) and not same_value([1, 2], (1, 2), from_json=False)
+    assert not same_value(True, 1) and same_value(2, 2.0)
+    assert same_value(0.1 + 0.2, 0.3, "float") and not same_value(0.1 + 0.2, 0.3)
+    assert same_value([3, [1], 2], [[1], 2, 3], "unordered") and not same_value([1, 1], [1, 2], "unordered")
+    assert same_stdout("a  \nb\n\n", "a\nb") and same_stdout('{"x": 1.0}', '{ "x": 1 }', "json")
+
+
+def _layers(*ratios):
+    names = ("visible", "hidden", "robustness")
+    return [LayerResult(name="structure", passed=3, total=3, ok=True)] + [
+        LayerResult(name=n, passed=p, total=t, ok=p == t) for n, (p, t) in zip(names, ratios)]
+
+
+@pytest.mark.parametrize("kwargs,total", [
+    (dict(compiled=True, format_ok=True, layers=_layers((2, 2), (6, 6), (10, 10)), turns=1, hack=False), 1.0),
+    (dict(compiled=True, format_ok=True, layers=_layers((2, 2), (3, 6), (0, 0)), turns=1, hack=False), 0.1 + 0.9 * 0.625),
+    (dict(compiled=True, format_ok=False, layers=_layers((1, 2), (0, 6), (0, 10)), turns=3, hack=False), 0.9 * 0.1 - 0.1),
+    (dict(compiled=False, format_ok=True, layers=[], turns=1, hack=False), -0.5),
+    (dict(compiled=True, format_ok=True, layers=_layers((2, 2), (6, 6), (10, 10)), turns=1, hack=True), 0.0),
+])
+def test_reward_components_always_sum_to_the_total(kwargs, total):
+    """Tests, format, turns, compile, hack and clip add up to the clipped total."""
+    reward, parts = compose(weights=RewardConfig(), **kwargs)
+    assert reward == pytest.approx(total)
+    assert sum(parts.values()) == pytest.approx(reward, abs=1e-5)
+
+
+def test_reward_is_clipped_to_the_configured_range():
+    """A penalty past the minimum is clipped, and the clip is a component of its own."""
+    weights = RewardConfig(compile_error=-2.0, minimum=-1.0)
+    reward, parts = compose(compiled=False, format_ok=False, layers=[], turns=1, hack=False, weights=weights)
+    assert reward == -1.0 and parts["clip"] == 1.0
+
+
+def test_a_bad_judge_config_names_the_key(tmp_path):
+    """An inverted reward range or a positive compile reward is refused with its key."""
+    for body, key in (("[judge.reward]\nminimum = 1.0\nmaximum = 0.5\n", "judge.reward"),
+                      ("[judge.reward]\ncompile_error = 0.5\n", "judge.reward.compile_error"),
+                      ("[judge]\nmax_turns = 0\n", "judge.max_turns")):
+        path = tmp_path / "bad.toml"
+        path.write_text(body)
+        with pytest.raises(ConfigError) as err:
+            load(path)
+        assert err.value.key == key
+
+
+def _started(**kw) -> Report:
+    return Report(started=True, **kw)
+
+
+@pytest.mark.parametrize("result,report,cause", [
+    (ExecutionResult(status="sandbox_error", sandbox_failed=True, sandbox_error="docker daemon unreachable"), Report(), "infra.sandbox"),
+    (ExecutionResult(status="sandbox_error", sandbox_failed=True, sandbox_error="cgroup: pids exhausted"), Report(), "infra.resource_exhausted"),
+    (ExecutionResult(status="killed", signal=9, wall_s=1.0), _started(), "infra.executor_killed"),
+    (ExecutionResult(status="timeout", wall_s=10.0, cpu_s=0.2), _started(), "infra.cpu_starvation"),
+    (ExecutionResult(status="timeout", wall_s=10.0, cpu_s=0.05), Report(), "infra.cpu_starvation"),
+    (ExecutionResult(status="timeout", wall_s=10.0, cpu_s=9.5), _started(), "model.timeout"),
+    (ExecutionResult(status="oom", peak_memory_mb=40), _started(), "infra.resource_exhausted"),
+    (ExecutionResult(status="oom", peak_memory_mb=510), _started(), "model.oom"),
+    (ExecutionResult(status="output_limit"), _started(), "model.output_limit"),
+    (ExecutionResult(status="nonzero_exit", exit_code=127, stderr="python3: not found"), Report(), "infra.missing_dependency"),
+    (ExecutionResult(status="ok"), _started(ended=True, crash="Traceback ..."), "infra.sandbox"),
+    (ExecutionResult(status="ok"), _started(ended=True, infra=["missing_dependency: numpy"]), "infra.missing_dependency"),
+])
+def test_job_level_attribution(result, report, cause):
+    """What the job as a whole says decides the cause before any test is looked at."""
+    assert job_cause(result, report, 512).cause == cause
+
+
+@pytest.mark.parametrize("record,cause", [
+    ({"wall_s": 1.0, "cpu_s": 0.97, "run_delay_s": 0.02}, "model.timeout"),
+    ({"wall_s": 1.0, "cpu_s": 0.001, "run_delay_s": 0.001}, "model.timeout"),
+    ({"wall_s": 1.0, "cpu_s": 0.05, "run_delay_s": 0.9}, "infra.cpu_starvation"),
+    ({"wall_s": 1.0, "cpu_s": 0.4, "run_delay_s": 0.55}, "infra.cpu_starvation"),
+    ({"wall_s": 1.0, "cpu_s": 0.45, "run_delay_s": 0.4}, "model.timeout"),
+    ({"wall_s": 1.0, "cpu_s": 0.05}, "infra.cpu_starvation"),
+    ({"wall_s": 3.0, "cpu_s": 0.4, "run_delay_s": 2.6, "limit": "cpu"}, "model.timeout"),
+])
+def test_a_timed_out_call_is_told_apart_by_cpu_and_run_queue_time(record, cause):
+    """Spending its CPU budget or sleeping is the model's; waiting to run (or not knowing) is
+    the machine's."""
+    assert timeout_cause(record, "hidden/0").cause == cause
+
+
+@pytest.mark.parametrize("detail,requires,cause", [
+    ("No module named 'json'", "", "infra.missing_dependency"),
+    ("No module named 'numpy'", "numpy", "infra.missing_dependency"),
+    ("No module named 'numpy'", "", "model.runtime_error"),
+])
+def test_a_missing_module_is_infrastructure_only_when_the_runtime_owes_it(detail, requires, cause):
+    """The standard library and declared requirements are the runtime's; anything else the model's."""
+    task = io_task([], [], "", requires=requires)
+    t = ScoredTest("hidden/0", "hidden", False, "error", detail, {"etype": "ModuleNotFoundError", "detail": detail})
+    assert cause_of_test(t, task, ExecutionResult(status="ok")).cause == cause
+
+
+def test_a_report_without_the_jobs_nonce_is_not_the_harness():
+    """Report records with another nonce, and lines that are not records, are not trusted."""
+    text = '{"k": "start", "nonce": "abc"}\nnot json\n{"k": "end", "nonce": "forged"}\n'
+    report = read_report(ExecutionResult(status="ok", report=text), "abc")
+    assert report.started and report.ended and not report.nonce_ok and report.garbage == 1
+    tagged = "\x1ewhet-report:abc " + '{"k": "start", "nonce": "abc"}'
+    fallback = read_report(ExecutionResult(status="ok", stderr="noise\n" + tagged), "abc")
+    assert fallback.started and fallback.nonce_ok
