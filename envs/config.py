@@ -46,7 +46,7 @@ class GateConfig(Section):
     "Least share of mutants the tests must kill."
     max_mutants: Annotated[int, msgspec.Meta(ge=1, le=500)] = 12
     "Most mutants per task (every operator kind is represented); runs stop once decided."
-    mutant_timeout_s: Positive = 2.0
+    mutant_timeout_s: Positive = 5.0
     "Wall-clock limit of one mutant run (mutants may loop forever)."
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
     "Sandboxed runs at once."

@@ -27,6 +27,7 @@ import msgspec
 
 from bus.messages import Task
 from envs.config import GateConfig
+from judging.jobs import TaskError
 from envs.mutants import Mutant, json_mutants, python_mutants
 
 KINDS = ("python_io", "python_check", "script_io", "structured")
@@ -157,6 +158,15 @@ async def gate_task(task: Task, backend, config: GateConfig,
     if problems:
         report.reject("invalid", "; ".join(problems))
         return report
+    try:
+        await _reference_gates(task, report, config, check)
+    except* TaskError as group:  # the judge names the malformed verifier field
+        report.reject("invalid", f"the judge rejects the verifier data: {group.exceptions[0]}")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _reference_gates(task: Task, report: GateReport, config: GateConfig, check) -> None:
     runs: list = [None, None]
 
     async def reference(i: int) -> None:
@@ -166,7 +176,9 @@ async def gate_task(task: Task, backend, config: GateConfig,
         for i in range(2 if "determinism" in config.checks else 1):
             tg.start_soon(reference, i)
     first, second = runs
-    if first.cause.startswith("infra"):
+    if first.cause == "infra.bad_task":  # the judge could not use the verifier data
+        report.reject("invalid", f"the judge rejects the verifier data: {first.evidence[:300]}")
+    elif first.cause.startswith("infra"):
         report.reject("infra", f"reference run failed in the sandbox: {first.evidence[:200]}")
     elif not first.ok:
         report.reject("unsolvable", f"reference fails: {first.cause} ({first.passed}/"
@@ -175,8 +187,6 @@ async def gate_task(task: Task, backend, config: GateConfig,
         report.reject("nondeterministic", "two runs of the reference produced different outputs")
     if report.accepted and "mutation" in config.checks:
         await _mutation_gate(task, report, config, check)
-    report.seconds = time.monotonic() - started
-    return report
 
 
 async def _mutation_gate(task: Task, report: GateReport, config: GateConfig, check) -> None:

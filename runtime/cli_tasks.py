@@ -62,6 +62,7 @@ def _register_generate(tasks: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Generate COUNT tasks that pass the gates and write them as JSON lines."""
+        _log_to_stderr()
         environment = registry.resolve(env, EnvEntry(target=env) if ":" in env else EnvEntry())
         drafts = list(generate_tasks(environment, count * 4 if gate else count, seed=seed,
                                      heldout_share=heldout_share, levels=level or None))
@@ -85,6 +86,7 @@ def _register_check(tasks: typer.Typer) -> None:
         config: ConfigOpt = None,
     ) -> None:
         """Run the intake gates on every task in FILE and print a report per task."""
+        _log_to_stderr()
         found = taskfile.read(file)
         for error in found.errors:
             typer.echo(f"whet: skipped {error}", err=True)
@@ -124,6 +126,13 @@ def _register_import(tasks: typer.Typer) -> None:
             written = taskfile.write(stream, imported.tasks)
         typer.echo(f"humaneval: {written} tasks imported, {len(imported.errors)} bad lines",
                    err=True)
+
+
+def _log_to_stderr() -> None:
+    # Task records go to stdout; log lines (the sandbox's, the gates') must not mix in.
+    from runtime import log as log_mod
+
+    log_mod.configure(kind="cli", instance="whet-tasks", level="warning")
 
 
 def _gates(config: Path | None) -> GateConfig:

@@ -144,3 +144,14 @@ def test_an_unknown_environment_is_a_config_error():
         registry.resolve("nope", EnvEntry())
     with pytest.raises(ConfigError, match="cannot load"):
         registry.resolve("x", EnvEntry(target="envs.nothing_here:ENV"))
+
+
+async def test_verifier_data_the_judge_cannot_use_is_invalid():
+    """A structured task whose rule pattern does not compile is the task's fault: invalid."""
+    task = _tasks("structured_output", [0])[0]
+    path = json.loads(task.verifier.hidden)[0]["path"]
+    broken = msgspec.structs.replace(task.verifier, hidden=json.dumps(
+        [{"path": path, "matches": "([unclosed"}]))
+    report = await _gate(msgspec.structs.replace(task, verifier=broken))
+    assert report.reasons == ["invalid"], report.detail
+    assert "judge rejects" in report.detail[0]

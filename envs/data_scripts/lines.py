@@ -20,15 +20,20 @@ def _numbers(r: random.Random) -> str:
     return "".join(f"{r.randint(-20, 99)}\n" for _ in range(r.randint(0, 7)))
 
 
-def _words(r: random.Random) -> str:
-    lines = [" ".join(r.choice(WORDS + NAMES) for _ in range(r.randint(1, 3)))
-             for _ in range(r.randint(0, 6))]
-    return "".join(line + "\n" for line in lines)
+def _words_with(word: str):
+    """Lines of words where `word` is common, so a filter on it keeps several lines."""
+    def make(r: random.Random) -> str:
+        lines = [" ".join(word if r.random() < 0.3 else r.choice(WORDS + NAMES)
+                          for _ in range(r.randint(1, 3)))
+                 for _ in range(r.randint(0, 6))]
+        return "".join(line + "\n" for line in lines)
+    return make
 
 
 def line_task(rng: random.Random) -> tuple[str, str, list[str], Callable[[random.Random], str]]:
     """(family, body of solve(text), phrasings, stdin maker)."""
     word = rng.choice(WORDS[:5])
+    _words = _words_with(word)
     table = (
         ("lines.sum", "    return str(sum(int(x) for x in text.split()))\n",
          ["read integers, one per line, and print their sum",
