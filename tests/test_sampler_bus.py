@@ -160,3 +160,51 @@ async def test_a_redelivered_verdict_is_counted_once(bus, nats_server):
     assert (state.judged, state.produced) == (4, 4)
     for b in (first, second):
         await b.close()
+
+
+MIX_CONFIG = RunConfig(
+    envs=EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.0),
+                         "python_functions": EnvEntry(count=40, heldout_share=0.0, gate=False)},
+                    mix={"structured": 0.75, "python": 0.25}),
+    training=TrainingConfig(mode="sync", batch_size=400, group_size=1),
+    sampler=SamplerConfig(min_pool=60, max_batch=400, promote_at=1.0, demote_at=0.0,
+                          replay_share=0.0))
+"One sync batch of 400 single attempts per version; frontiers never move."
+
+
+async def test_mix_and_band_hold_over_the_bus(bus, nats_server):
+    """Domains follow the mix ratio; once half the structured tasks are always solved, they
+    are chosen rarely (weight 0.05) while the in-band half takes nearly all their choices."""
+    gen = Generator()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, gen.handle,
+                                      max_in_flight=512))
+        b = await Bus.connect(bus_settings(nats_server.url), Identity("sampler", "s1", "r1"))
+        await tg.start(sampler_actor.run, b, MIX_CONFIG)
+        await gen.wait_for(400)
+        first = list(gen.got)
+        solved = {a.task.task_id for a in first if a.task.domain == "structured"
+                  and hash(a.task.task_id) % 2 == 0}
+        for n, a in enumerate(first):
+            passed = a.task.task_id in solved or n % 2 == 0
+            await _verdicts(bus, a, passed=int(passed))
+        with anyio.fail_after(30):
+            while (await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE,
+                                    SamplerState)).judged < 400:
+                await anyio.sleep(0.1)
+        await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                         WeightVersion(version=1, object_name="", created_at=time.time()))
+        await gen.wait_for(800)
+        await gen.stays_at(800, seconds=1.0)
+        b.stopping.set()
+        bus.stopping.set()
+    second = gen.got[400:]
+    share = sum(a.task.domain == "structured" for a in second) / len(second)
+    assert abs(share - 0.75) < 0.07, share
+    structured = [a for a in second if a.task.domain == "structured"]
+    before = sum(a.task.task_id in solved for a in first if a.task.domain == "structured")
+    after = sum(a.task.task_id in solved for a in structured)
+    assert before > 0.3 * sum(a.task.domain == "structured" for a in first)
+    assert after < 0.12 * len(structured), (after, len(structured))
+    assert after > 0  # rarely, not never
+    await b.close()
