@@ -6,7 +6,7 @@ template and judges them with the judge's own offline path (`judging.offline.jud
 subprocess sandbox). Prints the pass rate and mean reward per domain and rung, and how many
 tasks were solved at least once. Slow (minutes); a measurement, not a test.
 
-    python bench/envs_model_probe.py [--tasks 12] [--samples 4] [--levels 0 1] [--threads 2]
+    python bench/envs_model_probe.py [--tasks 12] [--samples 4] [--levels 0 1] [--domains ...]
 """
 
 from __future__ import annotations
@@ -86,13 +86,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--max-new", type=int, default=256)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--domains", nargs="+", default=list(DOMAINS))
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     started = time.monotonic()
     tok, model = load_model(args.threads)
     print(f"model loaded in {time.monotonic() - started:.0f} s")
     example = None
-    for name in DOMAINS:
+    for name in args.domains:
         env = registry.resolve(name, EnvEntry())
         for level in args.levels:
             tasks = list(generate(env, args.tasks, seed=2024, levels=[level]))
