@@ -41,6 +41,8 @@ class Evaluator:
         self.heldout: list[Task] = []
         self.ready = anyio.Event()
         self.rounds: dict[int, Round] = {}
+        self.reported: set[int] = set()
+        "Rounds already reported: a verdict arriving after its round timed out is ignored."
         self.rewards: dict[int, list[float]] = {}
         self.trained = {d for d, w in config.envs.mix.items() if w > 0}
         self.prefix = subjects.token(bus.identity.run_id or "run")
@@ -104,7 +106,7 @@ class Evaluator:
 
     async def on_eval(self, verdict: Verdict, delivery: Delivery) -> None:
         version = round_of(verdict.attempt.group_id)
-        if version is None or verdict.attempt.purpose != "eval":
+        if version is None or verdict.attempt.purpose != "eval" or version in self.reported:
             return
         rnd = self.rounds.get(version)
         if rnd is None:  # a round from before a restart: its expected size is the same set
@@ -127,6 +129,7 @@ class Evaluator:
                     await self.report(self.rounds.pop(version))
 
     async def report(self, rnd: Round) -> None:
+        self.reported.add(rnd.version)
         rewards = {v: sum(r) / len(r) for v, r in self.rewards.items() if r}
         for point in rnd.points(rewards):
             self.state.history = (self.state.history + [point])[-HISTORY:]
