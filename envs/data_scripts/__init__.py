@@ -70,14 +70,28 @@ def _ended(text: str) -> str:
     return text if text.endswith("\n") or not text else text + "\n"
 
 
-def _prompt(rng: random.Random, what: str, source_file: str, say: str, example: dict) -> str:
+SKELETON = "```python\nimport sys\n\ntext = sys.stdin.read()\n# ... compute the answer from text ...\nprint(answer)\n```"
+"Rung 0 shows how a script reads its input and prints; the scaffold fades at rung 1."
+
+
+def _scaffold(rng: random.Random, level: int, source_file: str) -> str:
+    if level == 0:
+        return "\n\n" + phrasing.pick(rng, ("Start from this skeleton:", "Fill in this script:")) + \
+            "\n" + SKELETON
+    if level == 1 and not source_file:
+        return "\n\nRead the whole input with `sys.stdin.read()` and print the result."
+    return ""
+
+
+def _prompt(rng: random.Random, what: str, source_file: str, say: str, example: dict,
+            level: int = 2) -> str:
     where = f"the file `{source_file}` in the working directory" if source_file \
         else "standard input"
     opener = phrasing.pick(rng, _OPENERS).format(what=what, where=where, say=say)
     given = example["files"][source_file] if source_file else example["stdin"]
     shown = (f"Example input:\n```\n{_ended(given)}```\nExpected output:\n```\n"
              f"{_ended(example['expected_stdout'])}```")
-    return f"{opener}\n\n{shown}\n\n{phrasing.answer_script(rng)}"
+    return f"{opener}\n\n{shown}{_scaffold(rng, level, source_file)}\n\n{phrasing.answer_script(rng)}"
 
 
 def _table_parts(rng: random.Random, level: int):
@@ -109,14 +123,15 @@ def make_task(rng: random.Random, level: int) -> Draft:
         else:
             parts = _table_parts(rng, level)
         try:
-            return _draft(rng, *parts)
+            return _draft(rng, level, *parts)
         except Redundant:
             continue
     raise RuntimeError(f"data_scripts: no usable task at level {level}")
 
 
-def _draft(rng: random.Random, family: str, body: str, ablations: list[str], say: str, make,
-           edges: list[str], compare: str, source_file: str, what: str) -> Draft:
+def _draft(rng: random.Random, level: int, family: str, body: str, ablations: list[str],
+           say: str, make, edges: list[str], compare: str, source_file: str,
+           what: str) -> Draft:
     solve = _solver(body)
     inputs = list(dict.fromkeys(make(rng) for _ in range(HIDDEN + 6)))[:HIDDEN + 1]
     if len(inputs) < 5:
@@ -135,7 +150,7 @@ def _draft(rng: random.Random, family: str, body: str, ablations: list[str], say
              "robustness": json.dumps([_case(t, o, source_file)
                                        for t, o in zip(edges, edge_outputs)])}
     reference = IMPORTS + body + _main_line(source_file)
-    return Draft(prompt=_prompt(rng, what, source_file, say, visible),
+    return Draft(prompt=_prompt(rng, what, source_file, say, visible, level),
                  verifier=Verifier(kind="script_io", visible=json.dumps([visible]),
                                    hidden=json.dumps(hidden), reference=reference, extra=extra),
                  entry_point="", files={}, family=family)

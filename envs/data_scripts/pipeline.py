@@ -71,11 +71,11 @@ def _output(rng: random.Random, level: int, theme: tables.Theme, cols: list[str]
     """The output step and whether it shows row order; a derived column is always used."""
     num = derived or rng.choice(list(theme.numbers))
     simple = [
-        (("count", "    return str(len(rows))\n", "print how many rows are left"), False),
+        (("count", "    return str(len(rows))\n", "print the number of rows"), False),
         (("sum", f"    return str(sum(r[{num!r}] for r in rows))\n",
-          f"print the sum of `{num}` over those rows (0 if none)"), False),
+          f"print the total of the `{num}` column (0 if there are no rows)"), False),
         (("values", f"    return '\\n'.join(str(r[{theme.key!r}]) for r in rows)\n",
-          f"print the `{theme.key}` of each remaining row, one per line"), True),
+          f"print the `{theme.key}` of each row, one per line"), True),
     ]
     if level <= 1:
         return pick(rng, simple)

@@ -29,7 +29,20 @@ _CONFIG_OPENERS = (
 )
 
 
-def _shape(rng: random.Random, fields: list[documents.Field], schema: dict) -> str:
+_PLACEHOLDER = {"string": "...", "integer": 0, "number": 0.0, "boolean": False, "array": [],
+                "object": {}}
+
+
+def template(schema: dict) -> str:
+    """The answer's shape with placeholder values, for the first rungs."""
+    return json.dumps({k: _PLACEHOLDER[s["type"]] for k, s in schema["properties"].items()})
+
+
+def _shape(rng: random.Random, fields: list[documents.Field], schema: dict, level: int) -> str:
+    if level <= 1:  # first rungs show the answer's shape; higher rungs describe it
+        return phrasing.pick(rng, ("Fill in this JSON, replacing the placeholder values:",
+                                   "Answer in exactly this shape, with the real values:")) + \
+            f"\n```json\n{template(schema)}\n```"
     if rng.random() < 0.35:
         return "It must match this JSON Schema:\n" + json.dumps(schema)
     lines = [f"- `{f.key}` ({f.schema['type']}): {f.ask}" for f in fields]
@@ -45,7 +58,7 @@ def _extraction(rng: random.Random, level: int) -> tuple[str, str, dict, list, d
     opener = phrasing.pick(rng, _EXTRACT_OPENERS).format(what=what)
     fence = phrasing.pick(rng, ('"""', "---", "```"))
     prompt = (f"{opener}\n\nDocument:\n{fence}\n{doc.text}\n{fence}\n\n"
-              f"{_shape(rng, doc.fields, schema)}\n\n{phrasing.answer_json(rng)}")
+              f"{_shape(rng, doc.fields, schema, level)}\n\n{phrasing.answer_json(rng)}")
     return doc.family, prompt, schema, rules, {f.key: f.value for f in doc.fields}
 
 
@@ -54,6 +67,8 @@ def _config(rng: random.Random, level: int) -> tuple[str, str, dict, list, dict]
     asks = "\n".join(f"- {a}" for a in spec.asks)
     shape = ("\n\nIt must match this JSON Schema:\n" + json.dumps(spec.schema)
              if level >= 2 and rng.random() < 0.5 else "")
+    if level <= 1 and "properties" in spec.schema and "jobs" not in spec.schema["properties"]:
+        shape = f"\n\nFill in this shape:\n```json\n{template(spec.schema)}\n```"
     prompt = f"{phrasing.pick(rng, _CONFIG_OPENERS)}\n{asks}{shape}\n\n{phrasing.answer_json(rng)}"
     return spec.family, prompt, spec.schema, spec.rules, spec.reference
 

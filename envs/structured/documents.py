@@ -136,8 +136,35 @@ def order_items(rng: random.Random, level: int) -> Doc:
     return Doc("extract.order", text, fields)
 
 
+_NOTES = (
+    ("customer", "string", "the customer's name", lambda r: pick(r, PEOPLE),
+     ("Order placed by {v}.", "This parcel is for {v}.", "Customer: {v}")),
+    ("city", "string", "the city", lambda r: pick(r, CITIES),
+     ("The meeting takes place in {v}.", "Office location: {v}.", "We ship from {v}.")),
+    ("quantity", "integer", "the number of items", lambda r: r.randint(2, 40),
+     ("You ordered {v} items.", "Quantity: {v}", "{v} items are on their way.")),
+    ("company", "string", "the company name", lambda r: pick(r, COMPANIES),
+     ("This offer comes from {v}.", "Sender: {v}.", "Thanks for choosing {v}!")),
+)
+_FILLER = ("Have a nice day.", "Shipping is free this week.", "Reply if anything is wrong.",
+           "Our support team is here to help.")
+
+
+def short_note(rng: random.Random) -> Doc:
+    """Rung 0: one or two sentences, one value written verbatim."""
+    key, kind, ask, draw, templates = pick(rng, _NOTES)
+    value = draw(rng)
+    sentences = [pick(rng, templates).format(v=value)]
+    if rng.random() < 0.6:
+        sentences.insert(rng.randrange(2), pick(rng, _FILLER))
+    return Doc(f"extract.note_{key}", " ".join(sentences),
+               [Field(key, {"type": kind}, value, ask)])
+
+
 def extraction(rng: random.Random, level: int) -> Doc:
     """A document and `level + 1` of its fields (line items from rung 3)."""
+    if level <= 0:
+        return short_note(rng)
     if level >= 3 and rng.random() < 0.5:
         return order_items(rng, level)
     doc = pick(rng, (invoice, booking))(rng, level)
