@@ -70,8 +70,8 @@ def _ended(text: str) -> str:
     return text if text.endswith("\n") or not text else text + "\n"
 
 
-SKELETON = "```python\nimport sys\n\ntext = sys.stdin.read()\n# ... compute the answer from text ...\nprint(answer)\n```"
-"Rung 0 shows how a script reads its input and prints; the scaffold fades at rung 1."
+SKELETON = "```python\nline = input()\n# ... compute the answer from line ...\nprint(answer)\n```"
+"Rung 0 shows how a script reads its line and prints; the scaffold fades after rung 1."
 
 
 def _scaffold(rng: random.Random, level: int, source_file: str) -> str:
@@ -79,7 +79,8 @@ def _scaffold(rng: random.Random, level: int, source_file: str) -> str:
         return "\n\n" + phrasing.pick(rng, ("Start from this skeleton:", "Fill in this script:")) + \
             "\n" + SKELETON
     if level == 1 and not source_file:
-        return "\n\nRead the whole input with `sys.stdin.read()` and print the result."
+        return "\n\nRead the whole input with `sys.stdin.read()` (it has several lines) and " \
+               "print the result."
     return ""
 
 
@@ -114,14 +115,16 @@ def _table_parts(rng: random.Random, level: int):
 
 
 def make_task(rng: random.Random, level: int) -> Draft:
-    """One data-processing task at `level` (0: lines, 1-4: tables)."""
+    """One data-processing task at `level` (0: one line, 1: lines, 2-5: tables)."""
     for _ in range(30):
-        if level <= 0:
-            family, body, says, make = lines.line_task(rng)
-            parts = (family, body, [], phrasing.pick(rng, says), make, ["", "\n"], "text", "",
-                     "text lines")
+        if level <= 1:
+            family, body, says, make = (lines.single_line_task if level <= 0
+                                        else lines.line_task)(rng)
+            edges = [] if level <= 0 else ["", "\n"]
+            parts = (family, body, [], phrasing.pick(rng, says), make, edges, "text", "",
+                     "one line of text" if level <= 0 else "text lines")
         else:
-            parts = _table_parts(rng, level)
+            parts = _table_parts(rng, level - 1)
         try:
             return _draft(rng, level, *parts)
         except Redundant:
@@ -161,8 +164,9 @@ ENVIRONMENT = Environment(
     version="1",
     domain="data",
     summary="Write a script that transforms CSV / JSON input (script_io, differential tests).",
-    levels=5,
-    difficulty="rung 0 plain lines; then steps (filter, sort, derive, head), richer outputs "
-               "(CSV, JSON, grouped totals) and input formats (JSON, JSON lines, a named file)",
+    levels=6,
+    difficulty="rung 0 one input line (with a skeleton), rung 1 many lines; then tables with "
+               "more steps (filter, sort, derive, head), richer outputs (CSV, JSON, grouped "
+               "totals) and input formats (JSON, JSON lines, a named file)",
     make_task=make_task,
 )

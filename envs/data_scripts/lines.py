@@ -1,8 +1,9 @@
-"""Rung 0 of the data domain: short scripts over plain lines of standard input.
+"""The first rungs of the data domain: scripts over one line, then over plain lines, of stdin.
 
-Consumes a seeded rng; produces (family, solve body, phrasings, input maker) for one
-line-oriented task: sum numbers, count or filter lines, change case, reverse order. These are
-the first steps a small model can take towards table processing.
+Consumes a seeded rng; produces (family, solve body, phrasings, input maker) for one task.
+Rung 0 reads a single line (a number, two numbers, a word) and prints one result, which a
+small model can write with `input()`; rung 1 reads many lines: sum numbers, count or filter
+lines, change case, reverse order. These are the steps towards table processing.
 """
 
 from __future__ import annotations
@@ -54,5 +55,35 @@ def line_task(rng: random.Random) -> tuple[str, str, list[str], Callable[[random
                       "    return str(max(nums)) if nums else 'none'\n",
          ["read integers, one per line, and print the largest (print none if there are none)"],
          _numbers),
+    )
+    return pick(rng, table)
+
+
+def _one_number(lo: int, hi: int):
+    return lambda r: f"{r.randint(lo, hi)}\n"
+
+
+def single_line_task(rng: random.Random) -> tuple[str, str, list[str], Callable[[random.Random], str]]:
+    """(family, body of solve(text), phrasings, stdin maker) reading one line."""
+    k = rng.randint(2, 9)
+    table = (
+        ("line.times", f"    return str(int(text) * {k})\n",
+         [f"read one integer and print it multiplied by {k}",
+          f"read a whole number from the input line and print {k} times that number"],
+         _one_number(-50, 200)),
+        ("line.plus", f"    return str(int(text) + {k})\n",
+         [f"read one integer and print that number plus {k}",
+          f"read a number and print the number that is {k} larger"], _one_number(-50, 200)),
+        ("line.sum2", "    a, b = text.split()\n    return str(int(a) + int(b))\n",
+         ["read two integers written on one line, separated by a space, and print their sum"],
+         lambda r: f"{r.randint(-40, 99)} {r.randint(-40, 99)}\n"),
+        ("line.upper", "    return text.strip().upper()\n",
+         ["read one word and print it in uppercase", "read a word and print it in capitals"],
+         lambda r: r.choice(WORDS + NAMES) + "\n"),
+        ("line.length", "    return str(len(text.strip()))\n",
+         ["read one word and print how many letters it has"],
+         lambda r: r.choice(WORDS + NAMES) + "\n"),
+        ("line.square", "    n = int(text)\n    return str(n * n)\n",
+         ["read one integer and print its square"], _one_number(-30, 30)),
     )
     return pick(rng, table)
