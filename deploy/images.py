@@ -148,7 +148,21 @@ async def build(docker: aiodocker.Docker, image: Image) -> tuple[str, float]:
     if not await exists(docker, ref):
         await _build(docker, image, ref, args)
     await docker.images.tag(ref, repo, tag="latest")
+    await forget_older(docker, repo, ref)
     return ref, time.monotonic() - started
+
+
+async def forget_older(docker: aiodocker.Docker, repo: str, keep: str) -> None:
+    """Untag earlier builds of `repo` (each source change makes one); images a container
+    still uses stay. The untagged build stages stay too: they are the layer cache."""
+    for found in await docker.images.list(filters={"reference": [repo]}):
+        for tag in found.get("RepoTags") or []:
+            if tag not in (keep, f"{repo}:latest"):
+                try:
+                    await docker.images.delete(tag)
+                except aiodocker.DockerError as exc:
+                    if exc.status not in (404, 409):
+                        raise
 
 
 async def _build(docker: aiodocker.Docker, image: Image, ref: str, args: dict[str, str]) -> None:
