@@ -10,8 +10,9 @@ WHET_ATTEMPTS whose sandbox job sleeps `--sleep` seconds, and for each N in `--c
 (the stack's other services stay out, so they add no load), then reports:
 
 - scale_s: how long the compose command took;
-- first_work_s: from the command's start until every new executor has finished a job
-  (slowest and mean over the new instances);
+- first_work_s: from the command's start until a new executor started its first job
+  (judged_at minus the job's wall time, from its verdict; slowest and mean over the new
+  instances);
 - jobs_per_s: verdicts per second over `--window` seconds once all N executors are busy,
   and its ratio to N=1 measured in the same run (ideal: N).
 
@@ -48,14 +49,20 @@ async def backlog(bus, state: dict, wanted: int, sleep_s: float) -> None:
         state["published"] += missing
 
 
-async def wait_busy(bus, instances: set[str], timeout_s: float = 180.0) -> float:
-    """Wait until every instance in `instances` has finished a job; the time it was seen."""
+async def first_jobs(bus, instances: set[str], timeout_s: float = 180.0) -> dict[str, float]:
+    """Unix time each of `instances` started its first job (judged_at minus the job's wall
+    time, from the verdicts), once every one of them has finished one."""
     with anyio.fail_after(timeout_s):
         while True:
-            beats = await cs.executor_beats(bus)
-            if all(beats.get(i) is not None and beats[i].processed > 0 for i in instances):
-                return time.monotonic()
-            await anyio.sleep(0.25)
+            first: dict[str, float] = {}
+            for found in (await cs.verdicts(bus, "bench")).values():
+                turn = found[0].attempt.turns[-1]
+                if turn.executor in instances and turn.execution is not None:
+                    began = found[0].judged_at - turn.execution.wall_s
+                    first[turn.executor] = min(first.get(turn.executor, began), began)
+            if set(first) == instances:
+                return first
+            await anyio.sleep(0.5)
 
 
 async def running_executors(project) -> set[str]:
@@ -67,12 +74,12 @@ async def running_executors(project) -> set[str]:
 async def measure(project, bus, state: dict, n: int, args) -> dict:
     before = await running_executors(project)
     await backlog(bus, state, int(n * CONCURRENCY * (args.window + 60) / args.sleep), args.sleep)
-    started = time.monotonic()
+    started = time.time()
     await project.compose("up", "-d", "--no-deps", "--scale", f"executor={n}", "--no-recreate",
                           "executor", timeout_s=300)
-    scale_s = time.monotonic() - started
+    scale_s = time.time() - started
     new = await running_executors(project) - before
-    seen = {i: await wait_busy(bus, {i}) - started for i in sorted(new)}
+    seen = {i: t - started for i, t in (await first_jobs(bus, new)).items()}
     judged_0, t_0 = len(await cs.verdicts(bus, "bench")), time.monotonic()
     await anyio.sleep(args.window)
     judged_1, t_1 = len(await cs.verdicts(bus, "bench")), time.monotonic()
@@ -118,7 +125,7 @@ def main() -> int:
         return 1
     rows = anyio.run(run, args)
     base = rows[0]["jobs_per_s"] or float("nan")
-    print(f"\n{'N':>3} {'scale s':>8} {'first work s (max/mean)':>24} {'jobs/s':>8} {'vs N=1':>7}")
+    print(f"\n{'N':>3} {'scale s':>8} {'first job s (max/mean)':>24} {'jobs/s':>8} {'vs N=1':>7}")
     for r in rows:
         print(f"{r['executors']:>3} {r['scale_s']:>8} {r['first_work_s_max']:>12}/{r['first_work_s_mean']:<11}"
               f" {r['jobs_per_s']:>8} {r['jobs_per_s'] / base:>7.2f}")

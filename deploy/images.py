@@ -137,19 +137,21 @@ async def exists(docker: aiodocker.Docker, ref: str) -> bool:
         raise
 
 
-async def build(docker: aiodocker.Docker, image: Image) -> tuple[str, float]:
-    """Build `image` unless its content hash is there; tag it latest. (ref, seconds spent)."""
+async def build(docker: aiodocker.Docker, image: Image) -> tuple[str, bool, float]:
+    """Build `image` unless its content hash is there; tag it latest.
+    (ref, whether it was built now, seconds spent)."""
     started = time.monotonic()
     base = await base_image(docker, image.base)
     await anyio.to_thread.run_sync(wheels.prepare, wheels.wheel_sets()[image.wheel_set])
     args = build_args(image, base[0])
     repo = f"{REPOSITORY}/{image.name}"
     ref = f"{repo}:{content_hash(image, base[1], args)}"
-    if not await exists(docker, ref):
+    built = not await exists(docker, ref)
+    if built:
         await _build(docker, image, ref, args)
     await docker.images.tag(ref, repo, tag="latest")
     await forget_older(docker, repo, ref)
-    return ref, time.monotonic() - started
+    return ref, built, time.monotonic() - started
 
 
 async def forget_older(docker: aiodocker.Docker, repo: str, keep: str) -> None:
@@ -191,8 +193,9 @@ async def build_all(names: list[str]) -> dict[str, str]:
     try:
         refs = {}
         for name in names:
-            refs[name], seconds = await build(docker, IMAGES[name])
-            print(f"image {refs[name]} (and :latest) ready in {seconds:.1f} s", flush=True)
+            refs[name], built, seconds = await build(docker, IMAGES[name])
+            how = "built" if built else "found by content hash"
+            print(f"image {refs[name]} (and :latest) {how} in {seconds:.1f} s", flush=True)
         return refs
     finally:
         await docker.close()

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiodocker
@@ -69,6 +69,8 @@ class Project:
     env: dict[str, str]
     secrets: Path
     nats_port: int
+    images: dict[str, str] = field(default_factory=dict)
+    "Image refs the project runs, and how `deploy.images` made them."
 
     @classmethod
     def create(cls, folder: Path) -> "Project":
