@@ -127,8 +127,9 @@ def main() -> int:
     base = rows[0]["jobs_per_s"] or float("nan")
     print(f"\n{'N':>3} {'scale s':>8} {'first job s (max/mean)':>24} {'jobs/s':>8} {'vs N=1':>7}")
     for r in rows:
-        print(f"{r['executors']:>3} {r['scale_s']:>8} {r['first_work_s_max']:>12}/{r['first_work_s_mean']:<11}"
-              f" {r['jobs_per_s']:>8} {r['jobs_per_s'] / base:>7.2f}")
+        first = f"{r['first_work_s_max']}/{r['first_work_s_mean']}"
+        print(f"{r['executors']:>3} {r['scale_s']:>8} {first:>24} {r['jobs_per_s']:>8} "
+              f"{r['jobs_per_s'] / base:>7.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
     return 0

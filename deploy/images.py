@@ -176,7 +176,8 @@ async def _build(docker: aiodocker.Docker, image: Image, ref: str, args: dict[st
         await anyio.to_thread.run_sync(context_tar, image, tar)
         with open(tar, "rb") as body, anyio.fail_after(BUILD_TIMEOUT_S):
             stream = docker.images.build(fileobj=body, path_dockerfile=image.dockerfile, tag=ref,
-                                         buildargs=args, rm=True, forcerm=True, stream=True, encoding="identity",
+                                         buildargs=args, rm=True, forcerm=True, stream=True,
+                                         encoding="identity",
                                          labels={LABEL_HASH: ref.rsplit(":", 1)[1]},
                                          timeout=BUILD_TIMEOUT_S)
             async for chunk in stream:

@@ -94,7 +94,8 @@ class Project:
                                            check=False, stderr=subprocess.STDOUT)
         out = proc.stdout.decode(errors="replace")
         if check and proc.returncode != 0:
-            raise AssertionError(f"docker compose {' '.join(args)} exited {proc.returncode}:\n{out[-3000:]}")
+            command = " ".join(args)
+            raise AssertionError(f"docker compose {command} exited {proc.returncode}:\n{out[-3000:]}")
         return out
 
     async def containers(self, service: str = "") -> list[dict]:
