@@ -11,6 +11,9 @@ its in-flight work is finished or given back. Users add kinds of their own in co
 """
 
 KINDS: dict[str, str] = {
+    "monitor": "actors.monitor:run",
+    "generator": "actors.generator:run",
+    "learner": "actors.learner:run",
     "executor": "actors.executor:run",
     "sampler": "actors.sampler:run",
     "evaluator": "actors.evaluator:run",

@@ -24,8 +24,9 @@ import anyio
 import msgspec
 import structlog
 
-from bus import subjects
+from bus import gauges, subjects
 from bus.consumer import Delivery, consume
+from bus.gauges import RecentRate
 from bus.messages import ExecutionDone, ExecutionRequest, ExecutionResult, Job
 from runtime.section import Section
 from sandbox.config import SandboxConfig
@@ -67,6 +68,8 @@ async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     backend = await open_backend(cfg.sandbox, slots=cfg.concurrency,
                                  run_id=f"{bus.identity.run_id}.{instance}")
 
+    finished = RecentRate()
+
     async def handle(request: ExecutionRequest, delivery: Delivery) -> None:
         if should_give_back(request, instance, delivery.deliveries, cfg.avoid_naks):
             log.info("exec.given_back", request_id=request.request_id, deliveries=delivery.deliveries)
@@ -76,6 +79,7 @@ async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
         done = ExecutionDone(request=request, result=result, executor=instance,
                              finished_at=time.time())
         await bus.publish(subjects.EXEC_DONE, done, msg_id=request.request_id)
+        bus.stats.gauges[gauges.EXECUTOR_JOBS_PER_S] = finished.tick()
         log.info("exec.completed", request_id=request.request_id, status=result.status,
                  wall_s=round(result.wall_s, 3), cpu_s=round(result.cpu_s, 3),
                  sandbox_failed=result.sandbox_failed, backend=result.backend)

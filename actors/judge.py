@@ -77,6 +77,7 @@ class Judge:
             await self.retry(done, judgement)
             self.count("judge.overhead_s", time.perf_counter() - started)
             return
+        attempt = with_execution(attempt, done)
         await self.finish(attempt, judgement, retries=request.retry, spent=time.perf_counter() - started)
 
     async def retry(self, done: ExecutionDone, judgement: Judgement) -> None:
@@ -124,6 +125,23 @@ class Judge:
             log.warning("judge.dropped", evidence=judgement.evidence[:500], **fields)
         else:
             log.info("judge.judged", **fields)
+
+
+RECORDED_OUTPUT_CHARS = 4000
+"How much of stdout, stderr and the harness report a trial record keeps."
+
+
+def with_execution(attempt: Attempt, done: ExecutionDone) -> Attempt:
+    """The attempt with its latest turn's execution result (trimmed) and executor recorded,
+    so the verdict is a complete trial record (`whet trace`)."""
+    result = done.result
+    kept = msgspec.structs.replace(
+        result, stdout=result.stdout[:RECORDED_OUTPUT_CHARS],
+        stderr=result.stderr[:RECORDED_OUTPUT_CHARS], report=result.report[:RECORDED_OUTPUT_CHARS],
+        stdout_truncated=result.stdout_truncated or len(result.stdout) > RECORDED_OUTPUT_CHARS,
+        stderr_truncated=result.stderr_truncated or len(result.stderr) > RECORDED_OUTPUT_CHARS)
+    last = msgspec.structs.replace(attempt.turns[-1], execution=kept, executor=done.executor)
+    return msgspec.structs.replace(attempt, turns=[*attempt.turns[:-1], last])
 
 
 async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:

@@ -9,8 +9,9 @@ plain subprocess at the same point. Start latency is measured with a third job,
 `python3 -c "import time; print(time.time())"`: the time from `Backend.run()` to the first
 line of Python running in the sandbox (interpreter start included on cold paths).
 
-'local' is the bubblewrap+cgroup cold path (warm_python off), 'warm' the zygote path,
-'docker' a fresh container per job, 'docker-warm' `exec` into the warm pool. Plain runs the
+'local-bwrap' is bubblewrap per job, 'local' a sandbox pre-forked by the zygote and a fresh
+`exec` of the command (warm_python off), 'warm' the command run in-process in that sandbox,
+'docker' a fresh container per job, 'docker-warm' a job started by a warm container's runner. Plain runs the
 host's /usr/bin/python3 (the same Debian 3.11 as the environment tree).
 """
 
@@ -46,6 +47,7 @@ WORKLOADS = {
 START_PROBE = Job(command=["python3", "-c", "import time; print(time.time())"])
 CONFIGS = {
     "plain": SandboxConfig(backend="subprocess"),
+    "local-bwrap": SandboxConfig(backend="local", prefork=False, warm_python=False),
     "local": SandboxConfig(backend="local", warm_python=False),
     "warm": SandboxConfig(backend="local", warm_python=True),
     "docker": SandboxConfig(backend="docker", docker_warm_pool=0),
@@ -136,7 +138,7 @@ def table(results: dict, names: list[str], levels: list[int]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backends", default="plain,local,warm,docker,docker-warm")
+    parser.add_argument("--backends", default="plain,local-bwrap,local,warm,docker,docker-warm")
     parser.add_argument("--concurrency", default="1,2,4,8")
     parser.add_argument("--jobs", type=int, default=48, help="jobs per measurement")
     parser.add_argument("--json", default="", help="also write the results here")
@@ -145,6 +147,9 @@ def main() -> None:
     if "plain" not in names:
         names.insert(0, "plain")
     levels = [int(c) for c in args.concurrency.split(",")]
+    from runtime import log as log_mod
+
+    log_mod.configure(kind="bench", instance="sandbox", level="warning")
     results = anyio.run(bench, names, levels, args.jobs)
     print(table(results, names, levels))
     for (name, workload, c), row in results.items():

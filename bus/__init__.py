@@ -1,5 +1,7 @@
 """The wire: message types, subjects, the MessagePack codec and the NATS adapter.
 
-`messages`, `subjects`, `codec` and `errors` are pure; `nats_bus`, `consumer` and `objects`
-are the only modules in whetstone that import `nats`.
+`messages`, `subjects`, `codec`, `gauges` and `errors` are pure. The only modules in
+whetstone that import `nats` are here: `nats_bus` (connection, publish, topology) with its
+mixins `nats_kv` and `nats_reads`, `nats_retry`, `consumer` (pull loops) and `objects`
+(weights).
 """

@@ -11,6 +11,8 @@ to import upwards to raise a shared error.
     │   └── SchemaMismatch       a known message type at a version this build does not read
     ├── BusError             the bus could not do what was asked
     │   ├── BusUnavailable       no server answered within the deadline
+    │   ├── PermissionDenied     the server refused this user's login, publish or subscribe
+    │   ├── ObjectMissing        no object of that name (never stored, or pruned)
     │   └── ObjectCorrupt        a stored object's checksum does not match
     ├── RunError             a run directory or stack is missing or in the wrong state
     └── InputError           a user-supplied file (tasks, attempts) has a bad record
@@ -61,6 +63,14 @@ class BusError(WhetError):
 
 class BusUnavailable(BusError):
     """No NATS server answered within the operation's deadline."""
+
+
+class PermissionDenied(BusError):
+    """The server refused a login, or a publish or subscribe the user's role does not allow."""
+
+
+class ObjectMissing(BusError):
+    """No object of that name is in the store (never stored, or pruned since)."""
 
 
 class ObjectCorrupt(BusError):

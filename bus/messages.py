@@ -158,6 +158,10 @@ class Turn(Part):
     "'stop', 'length' or an engine-specific reason."
     feedback: str = ""
     "Feedback shown to the model after this turn, if the attempt continued."
+    execution: ExecutionResult | None = None
+    "What running this turn's job produced (the judge records it; None if nothing ran)."
+    executor: str = ""
+    "Instance id of the executor that ran this turn's job ('' if none did)."
 
 
 class Attempt(Message, tag="whet.attempt.v1"):
@@ -463,6 +467,124 @@ class EvaluatorState(Message, tag="whet.evaluator_state.v1"):
     "Recent evaluations, oldest first."
 
 
+# --- monitoring and traces -----------------------------------------------------------------
+
+
+class Trial(Message, tag="whet.trial.v1"):
+    """Recorder (the monitor) to the trials stream: one judged attempt, end to end.
+
+    `verdict.attempt` carries the task and its prompt, every turn with its completion,
+    feedback, execution result and the generator and executor instances that handled it;
+    the verdict itself carries reward, outcome, cause, layers and the judge instance.
+    """
+
+    trial_id: str
+    "The attempt id (equal to the verdict id)."
+    run_id: str
+    "Run the trial belongs to."
+    verdict: Verdict
+    "The final verdict, with the whole attempt inside."
+    current_version: int = -1
+    "Latest published policy version when the trial was recorded (-1 if none yet)."
+    recorded_at: float = 0.0
+    "Unix time of recording."
+    recorder: str = ""
+    "Instance id of the recorder."
+
+
+class RewardStats(Part):
+    """Summary of the rewards in one window (dropped verdicts have none and are left out)."""
+
+    count: int = 0
+    "Rewards in the window."
+    mean: float = 0.0
+    "Mean reward."
+    std: float = 0.0
+    "Standard deviation."
+    p10: float = 0.0
+    "10th percentile."
+    p50: float = 0.0
+    "Median."
+    p90: float = 0.0
+    "90th percentile."
+    min: float = 0.0
+    "Smallest reward."
+    max: float = 0.0
+    "Largest reward."
+
+
+class PassRate(Part):
+    """Pass rate of one (purpose, domain, difficulty) cell over the window."""
+
+    purpose: str
+    "'train' or 'eval'."
+    domain: str
+    "Task domain."
+    difficulty: str
+    "Difficulty bucket: the lower bound of the task's difficulty, as text."
+    passed: int
+    "Verdicts with outcome 'pass'."
+    judged: int
+    "Verdicts that were judged (dropped ones left out)."
+    rate: float
+    "passed / judged."
+
+
+class QueueDepth(Part):
+    """One durable consumer's backlog."""
+
+    stream: str
+    "Stream name."
+    consumer: str
+    "Durable consumer name ('' for a stream without consumers)."
+    stored: int = 0
+    "Messages stored in the stream."
+    pending: int = 0
+    "Messages not yet delivered to the consumer (its lag)."
+    in_flight: int = 0
+    "Delivered and not yet acked."
+    redelivered: int = 0
+    "Delivered more than once and not yet acked."
+
+
+class MetricsSnapshot(Message, tag="whet.metrics.v1"):
+    """Monitor to `whet status` and Prometheus (KV whet-run `monitor.metrics`): run health."""
+
+    at: float
+    "Unix time of the snapshot."
+    monitor: str = ""
+    "Instance id of the monitor."
+    window_s: float = 0.0
+    "Length of the window rates and rewards are computed over."
+    verdicts: int = 0
+    "Verdicts in the current window."
+    outcomes_total: dict[str, int] = {}
+    "'<purpose>.<outcome>' to count, since the monitor started."
+    rates: dict[str, float] = {}
+    "execution_success_rate, timeout_rate, infra_failure_rate, pass_rate over the window."
+    reward: RewardStats = RewardStats()
+    "Rewards of the current window."
+    reward_previous: RewardStats = RewardStats()
+    "Rewards of the window before it."
+    reward_drift: dict[str, float] = {}
+    "mean_delta (current - previous) and ks (Kolmogorov-Smirnov distance) of the two."
+    pass_rates: list[PassRate] = []
+    "Pass rate by purpose, domain and difficulty."
+    staleness: dict[str, int] = {}
+    """Version lag ('0', '1', ..., last bucket '<cap>+') to verdict count in the window: the
+    policy version current when recorded minus the attempt's."""
+    queues: list[QueueDepth] = []
+    "Backlog of every work consumer."
+    throughput: dict[str, float] = {}
+    "Gauges summed or averaged over live actors (see bus.gauges)."
+    heldout_pass_rate: float | None = None
+    "Latest held-out pass rate the evaluator reported, if any."
+    heldout_version: int = -1
+    "Policy version that held-out pass rate belongs to."
+    alerts: list[str] = []
+    "Names of the alerts active now."
+
+
 TOP_LEVEL: tuple[type[Message], ...] = (
     Task,
     TaskAssignment,
@@ -477,6 +599,8 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     DeadLetter,
     SamplerState,
     EvaluatorState,
+    Trial,
+    MetricsSnapshot,
 )
 "Every top-level message type, for codec checks and tests."
 

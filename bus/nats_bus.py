@@ -1,9 +1,9 @@
-"""The NATS adapter: connection, durable publish, topology, KV and stream state.
+"""The NATS adapter: connection, durable publish and topology; KV and reads come as mixins.
 
 Consumes typed messages and declarative topology from `bus.messages` and `bus.subjects`;
-produces JetStream writes, KV entries and snapshots of stream state. Together with
-`bus.consumer` (pull loops) and `bus.objects` (weights), it is the only code that imports
-`nats`, so a change of client touches `bus/` alone. It holds no domain logic and builds no
+produces JetStream writes. `Bus` also carries the KV calls (`bus.nats_kv`) and the
+read-only stream views (`bus.nats_reads`). Together with `bus.consumer` (pull loops) and
+`bus.objects` (weights), these are the only modules that import `nats`, so a change of client touches `bus/` alone. It holds no domain logic and builds no
 subject names.
 
 Every call that leaves the process has a finite timeout. Publishing retries through a server
@@ -14,10 +14,11 @@ once.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import AsyncIterator, TypeVar
+from typing import TypeVar
 
 import anyio
 import nats
@@ -27,25 +28,18 @@ import structlog
 from nats.js import api
 
 from bus import subjects
-from bus.codec import decode, encode
-from bus.errors import BusUnavailable
+from bus.codec import encode
+from bus.errors import BusUnavailable, PermissionDenied
 from bus.messages import Message
+from bus.nats_kv import KeyValueCalls
+from bus.nats_reads import StreamReads
+from bus.nats_retry import RETRYABLE, STREAM_FULL
 
 M = TypeVar("M", bound=Message)
 log = structlog.get_logger("bus")
 
-_RETRYABLE = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.OutboundBufferLimitError,
-    nats.errors.StaleConnectionError,
-    nats.js.errors.NoStreamResponseError,
-    nats.js.errors.ServiceUnavailableError,
-    TimeoutError,
-)
-_STREAM_FULL = {10077, 10047}  # maximum messages / bytes exceeded: back off and retry
+_VIOLATION = re.compile(r"permissions violation for (publish|subscription) to \"?([^\"\s]+)",
+                        re.IGNORECASE)
 
 
 @dataclass
@@ -89,17 +83,69 @@ class BusSettings:
     max_ack_pending: int = 1024
 
 
-@dataclass
-class StreamState:
-    """Depth and redelivery counts of one stream and its consumers."""
+class _ConnectionWatch:
+    """The client's callbacks: refusals become `bus.permission_denied` events, a refused
+    login stops the connect attempt, and errors while closing stay quiet."""
 
-    name: str
-    messages: int
-    bytes: int
-    consumers: dict[str, dict[str, int]]
+    def __init__(self, user: str) -> None:
+        self.user = user
+        self.closing = False
+        self.denied: dict[str, float] = {}
+        """Subjects the server refused (lowercased: nats-py lowercases the error text), with
+        the monotonic time of the latest refusal."""
+        self.login_refused = ""
+        self.connecting: anyio.CancelScope | None = None
+
+    async def on_error(self, exc: Exception) -> None:
+        text = str(exc)
+        refused = _VIOLATION.search(text)
+        if refused:
+            operation = "publish" if refused[1].lower() == "publish" else "subscribe"
+            self.denied[refused[2]] = time.monotonic()
+            log.error("bus.permission_denied", operation=operation, subject=refused[2],
+                      user=self.user)
+        elif "authorization violation" in text.lower() and self.connecting is not None:
+            self.login_refused = text
+            self.connecting.cancel()  # nats-py would retry a refused login forever
+        elif not self.closing:
+            log.warning("bus.error", error=text or type(exc).__name__)
+
+    async def on_disconnect(self) -> None:
+        if not self.closing:
+            log.warning("bus.disconnected")
+
+    async def on_reconnect(self) -> None:
+        log.info("bus.reconnected")
 
 
-class Bus:
+def _client_options(settings: BusSettings, identity: Identity, watch: _ConnectionWatch) -> dict:
+    options: dict = dict(
+        servers=[settings.url],
+        name=f"{identity.kind}:{identity.instance}",
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.25,
+        ping_interval=settings.ping_interval_s,
+        max_outstanding_pings=3,
+        connect_timeout=min(5.0, settings.connect_timeout_s),
+        error_cb=watch.on_error,
+        disconnected_cb=watch.on_disconnect,
+        reconnected_cb=watch.on_reconnect,
+    )
+    if settings.user:
+        options.update(user=settings.user, password=settings.password,
+                       inbox_prefix=subjects.inbox_prefix(settings.user))
+    if settings.token:
+        options.update(token=settings.token)
+    if settings.creds_file:
+        options.update(user_credentials=settings.creds_file)
+    if settings.tls_ca_file:
+        import ssl
+
+        options.update(tls=ssl.create_default_context(cafile=settings.tls_ca_file))
+    return options
+
+
+class Bus(KeyValueCalls, StreamReads):
     """A connected client. Create with `await Bus.connect(settings, identity)`."""
 
     def __init__(self, nc: nats.NATS, settings: BusSettings, identity: Identity) -> None:
@@ -110,65 +156,44 @@ class Bus:
         self.stats = ActorStats()
         self.stopping = anyio.Event()
         "Set when the process should stop taking new work and drain."
-        self._closing = {"now": False}
+        self.watch = _ConnectionWatch(settings.user)
+        "Connection-level news from the client: closing, refused subjects."
 
     @classmethod
     async def connect(cls, settings: BusSettings, identity: Identity) -> "Bus":
-        """Connect, retrying until `connect_timeout_s`; reconnects forever afterwards."""
-        closing = {"now": False}
+        """Connect within `connect_timeout_s`; reconnects forever afterwards.
 
-        async def on_error(exc: Exception) -> None:
-            if not closing["now"]:
-                log.warning("bus.error", error=str(exc) or type(exc).__name__)
-
-        async def on_disconnect() -> None:
-            if not closing["now"]:
-                log.warning("bus.disconnected")
-
-        async def on_reconnect() -> None:
-            log.info("bus.reconnected")
-
-        options: dict = dict(
-            servers=[settings.url],
-            name=f"{identity.kind}:{identity.instance}",
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.25,
-            ping_interval=settings.ping_interval_s,
-            max_outstanding_pings=3,
-            connect_timeout=min(5.0, settings.connect_timeout_s),
-            error_cb=on_error,
-            disconnected_cb=on_disconnect,
-            reconnected_cb=on_reconnect,
-        )
-        if settings.user:
-            options.update(user=settings.user, password=settings.password)
-        if settings.token:
-            options.update(token=settings.token)
-        if settings.creds_file:
-            options.update(user_credentials=settings.creds_file)
-        if settings.tls_ca_file:
-            import ssl
-
-            options.update(tls=ssl.create_default_context(cafile=settings.tls_ca_file))
+        A login the server refuses raises PermissionDenied at once (nats-py itself would
+        retry it forever); no server within the timeout raises BusUnavailable.
+        """
+        watch = _ConnectionWatch(settings.user)
+        options = _client_options(settings, identity, watch)
         deadline = time.monotonic() + settings.connect_timeout_s
         delay = 0.1
         while True:
-            try:
-                nc = await nats.connect(**options)
-                bus = cls(nc, settings, identity)
-                bus._closing = closing
-                return bus
-            except nats.errors.AuthorizationError:
-                raise
-            except (OSError, nats.errors.Error, TimeoutError) as exc:
-                if time.monotonic() + delay > deadline:
-                    raise BusUnavailable(f"no NATS server at {settings.url}: {exc}") from exc
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+            with anyio.CancelScope(deadline=anyio.current_time()
+                                   + max(0.0, deadline - time.monotonic())) as watch.connecting:
+                try:
+                    nc = await nats.connect(**options)
+                    watch.connecting = None  # refusals on later reconnects are only logged
+                    bus = cls(nc, settings, identity)
+                    bus.watch = watch
+                    return bus
+                except (OSError, nats.errors.Error, TimeoutError) as exc:
+                    problem: Exception = exc
+            if watch.login_refused:
+                raise PermissionDenied(f"NATS at {settings.url} refused the login of user "
+                                       f"{settings.user or '(none)'}: {watch.login_refused}")
+            if watch.connecting.cancelled_caught:
+                problem = TimeoutError(f"no connection within {settings.connect_timeout_s:.0f} s")
+            if time.monotonic() + delay > deadline:
+                raise BusUnavailable(f"no NATS server at {settings.url}: {problem}")
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def close(self) -> None:
         """Flush and close; shielded so a cancelled caller still leaves cleanly."""
-        self._closing["now"] = True
+        self.watch.closing = True
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(5):
                 try:
@@ -209,6 +234,7 @@ class Bus:
             max_bytes=spec.max_bytes,
             discard=api.DiscardPolicy.NEW if spec.discard_new else api.DiscardPolicy.OLD,
             duplicate_window=self.settings.duplicate_window_s,
+            max_msgs_per_subject=spec.max_msgs_per_subject,
         )
         try:
             await self.js.add_stream(config)
@@ -245,15 +271,17 @@ class Bus:
         deadline = time.monotonic() + self.settings.publish_deadline_s
         delay = 0.05
         while True:
+            tried_at = time.monotonic()
             try:
                 ack = await self.js.publish(subject, data, headers=headers,
                                             timeout=self.settings.request_timeout_s)
                 return bool(ack.duplicate)
             except nats.js.errors.APIError as exc:
-                if exc.err_code not in _STREAM_FULL:
+                if exc.err_code not in STREAM_FULL:
                     raise
                 problem: Exception = exc
-            except _RETRYABLE as exc:
+            except RETRYABLE as exc:
+                self.raise_if_denied(tried_at, subject)
                 problem = exc
             if time.monotonic() + delay > deadline:
                 raise BusUnavailable(f"publish to {subject} failed: {problem!r}")
@@ -261,6 +289,21 @@ class Bus:
                         error=repr(problem))
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    def raise_if_denied(self, since: float, subject: str, *, containing: str = "") -> None:
+        """Raise PermissionDenied if, after `since`, the server refused this client `subject`
+        (or any subject containing `containing`, such as a bucket's API calls).
+
+        A refused request gets no reply, only an error on the connection, so a timeout on a
+        refused subject is a refusal, not an outage to retry through.
+        """
+        # nats-py lowercases the server's error text, subject included.
+        subject, containing = subject.lower(), containing.lower()
+        refused = [x for x, at in self.watch.denied.items() if at >= since
+                   and (x == subject or (containing and containing in x))]
+        if refused:
+            raise PermissionDenied(f"the server refused {', '.join(sorted(refused))} to user "
+                                   f"{self.settings.user or '(none)'}")
 
     async def publish_many(self, subject: str, items: list[tuple[str, Message]]) -> int:
         """Store many messages with pipelined acks; returns how many were new.
@@ -279,7 +322,7 @@ class Bus:
             for msg_id, msg, fut in futures:
                 try:
                     new += not (await fut).duplicate
-                except (*_RETRYABLE, nats.js.errors.APIError):
+                except (*RETRYABLE, nats.js.errors.APIError):
                     retry.append((msg_id, msg))
                 done += 1
         for msg_id, msg, fut in futures[done:]:  # acks that did not come in time
@@ -293,160 +336,6 @@ class Bus:
         """Fire-and-forget publish (events); lost if the server is down."""
         await self.nc.publish(subject, data)
 
-    # --- key-value -------------------------------------------------------------------------
-
-    async def kv_put(self, bucket: str, key: str, msg: Message) -> None:
-        """Write `msg` under `key`, retrying through an outage until the publish deadline."""
-        await self.kv_put_bytes(bucket, key, encode(msg))
-
-    async def kv_put_bytes(self, bucket: str, key: str, value: bytes) -> None:
-        """Write raw bytes under `key` (run metadata that is not a message)."""
-        kv = await self.js.key_value(bucket)
-        with anyio.fail_after(self.settings.publish_deadline_s):
-            while True:
-                try:
-                    await kv.put(key, value)
-                    return
-                except _RETRYABLE:
-                    await anyio.sleep(0.25)
-
-    async def kv_get_bytes(self, bucket: str, key: str) -> bytes | None:
-        """Read raw bytes under `key`, or None."""
-        kv = await self.js.key_value(bucket)
-        try:
-            entry = await kv.get(key)
-        except nats.js.errors.KeyNotFoundError:
-            return None
-        return entry.value
-
-    async def kv_get(self, bucket: str, key: str, cls: type[M]) -> M | None:
-        """Read `key`, or None if it is absent or deleted."""
-        value = await self.kv_get_bytes(bucket, key)
-        return decode(value, cls) if value else None
-
-    async def kv_delete(self, bucket: str, key: str) -> None:
-        """Delete `key` if present."""
-        kv = await self.js.key_value(bucket)
-        try:
-            await kv.delete(key)
-        except nats.js.errors.KeyNotFoundError:
-            pass
-
-    async def kv_items(self, bucket: str, cls: type[M], prefix: str = "") -> dict[str, M]:
-        """Every live key (optionally under `prefix`) with its decoded value."""
-        kv = await self.js.key_value(bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return {}
-        out: dict[str, M] = {}
-        for key in keys:
-            if key.startswith(prefix):
-                value = await self.kv_get(bucket, key, cls)
-                if value is not None:
-                    out[key] = value
-        return out
-
-    async def kv_watch(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
-        """Yield the current value of `key` (if any), then every later update."""
-        kv = await self.js.key_value(bucket)
-        watcher = await kv.watch(key, ignore_deletes=True)
-        try:
-            while True:
-                try:
-                    entry = await watcher.updates(timeout=30)
-                except (nats.errors.TimeoutError, TimeoutError):
-                    continue
-                if entry is not None and entry.value:
-                    yield decode(entry.value, cls)
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await watcher.stop()
-                except nats.errors.Error:
-                    pass
-
-    # --- observing -------------------------------------------------------------------------
-
-    async def replay(self, stream: str, filter_subject: str, cls: type[M], *,
-                     since: float | None = None, follow: bool = True,
-                     batch: int = 256) -> AsyncIterator[tuple[str, M | None, bytes]]:
-        """Read `stream` without consuming it: (subject, message or None, raw payload).
-
-        Starts at Unix time `since` (or the beginning); with `follow=False` it stops once
-        caught up. Payloads that do not decode come back with message None.
-        """
-        import datetime as dt
-
-        config = api.ConsumerConfig(
-            ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True,
-            deliver_policy=(api.DeliverPolicy.BY_START_TIME if since else api.DeliverPolicy.ALL),
-            opt_start_time=(dt.datetime.fromtimestamp(since, dt.timezone.utc).isoformat()
-                            if since else None))
-        sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
-        try:
-            while True:
-                try:
-                    msgs = await sub.fetch(batch, timeout=1.0)
-                except (nats.errors.TimeoutError, TimeoutError):
-                    if not follow:
-                        return
-                    continue
-                for msg in msgs:
-                    try:
-                        value: M | None = decode(msg.data, cls)
-                    except Exception:  # noqa: BLE001 - shown raw to the reader
-                        value = None
-                    yield msg.subject, value, msg.data
-                if not follow and msgs and msgs[-1].metadata.num_pending == 0:
-                    return
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await sub.unsubscribe()
-                except nats.errors.Error:
-                    pass
-
-    async def snapshot(self, stream: str, cls: type[M]) -> list[tuple[int, M | None]]:
-        """Every message stored in `stream` now, by sequence, without a consumer.
-
-        Works on work-queue streams too (which allow no second consumer); for audits and
-        tests, not hot paths: one request per message.
-        """
-        info = await self.js.stream_info(stream)
-        out: list[tuple[int, M | None]] = []
-        if not info.state.messages:
-            return out
-        for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            try:
-                raw = await self.js.get_msg(stream, seq)
-            except nats.js.errors.NotFoundError:
-                continue
-            try:
-                out.append((seq, decode(raw.data or b"", cls)))
-            except Exception:  # noqa: BLE001 - shown as undecodable
-                out.append((seq, None))
-        return out
-
-    # --- state -----------------------------------------------------------------------------
-
-    async def stream_states(self, names: list[str]) -> list[StreamState]:
-        """Depth of each stream and, per durable consumer, pending, in-flight and redelivered."""
-        out = []
-        for name in names:
-            try:
-                info = await self.js.stream_info(name)
-            except nats.js.errors.NotFoundError:
-                continue
-            consumers = {}
-            for c in await self.js.consumers_info(name):
-                consumers[c.name] = {
-                    "pending": c.num_pending or 0,
-                    "in_flight": c.num_ack_pending or 0,
-                    "redelivered": c.num_redelivered or 0,
-                }
-            out.append(StreamState(name, info.state.messages, info.state.bytes, consumers))
-        return out
 
 
 def local_identity(kind: str, instance: str = "", run_id: str = "") -> Identity:

@@ -6,7 +6,8 @@ check. It does not know what the bytes are; the learner and generators decide th
 
 Why not nats-py's own `put`/`get`: its put waits for each 128 KiB chunk's ack in turn, and
 its get concatenates bytes (quadratic: 19 s for 256 MB, measured here). Here chunks are
-1 MiB, acks are pipelined, and reads come through a pull consumer in batches.
+1 MiB, acks are pipelined, and reads stream through an ordered push consumer into one
+preallocated buffer.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import base64
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Sequence
 from datetime import datetime, timezone
 
 import anyio
@@ -22,11 +24,11 @@ import nats.js.errors
 from nats.js import api
 from nats.js.kv import MSG_ROLLUP_SUBJECT
 
-from bus.errors import ObjectCorrupt
+from bus.errors import ObjectCorrupt, ObjectMissing
 from bus.nats_bus import Bus
 
 CHUNK_BYTES = 1024 * 1024
-_READ_BATCH = 16
+_PENDING_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -47,26 +49,49 @@ def _meta_subject(bucket: str, name: str) -> str:
     return f"$O.{bucket}.M.{base64.urlsafe_b64encode(name.encode()).decode()}"
 
 
-async def put_object(bus: Bus, bucket: str, name: str, data: bytes | memoryview) -> StoredObject:
-    """Store `data` under `name`, replacing any older object of that name."""
-    view = memoryview(data)
+def _chunks(parts: list[memoryview], size: int):
+    """Consecutive `size`-byte chunks across `parts`, each copied once into a bytes object."""
+    pending: list[memoryview] = []
+    filled = 0
+    for part in parts:
+        while len(part):
+            take = part[:size - filled]
+            pending.append(take)
+            filled += len(take)
+            part = part[len(take):]
+            if filled == size:
+                yield bytes(pending[0]) if len(pending) == 1 else b"".join(pending)
+                pending, filled = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+async def put_object(bus: Bus, bucket: str, name: str,
+                     data: bytes | memoryview | Sequence[bytes | memoryview]) -> StoredObject:
+    """Store `data` (one buffer, or parts stored back to back) under `name`, replacing any
+    older object of that name."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = [data]
+    parts = [memoryview(p).cast("B") for p in data]
+    size = sum(len(p) for p in parts)
     chunk_bytes = min(CHUNK_BYTES, bus.nc.max_payload - 4096)
     nuid = bus.nc._nuid.next().decode()  # the object layout names chunks by a fresh nuid
     chunk_subject = f"$O.{bucket}.C.{nuid}"
-    digest = hashlib.sha256()
     pending = []
+    digest: dict[str, bytes] = {}
     try:
-        for start in range(0, len(view), chunk_bytes):
-            chunk = view[start:start + chunk_bytes]
-            digest.update(chunk)
-            pending.append(await bus.js.publish_async(chunk_subject, bytes(chunk)))
-        with anyio.fail_after(bus.settings.publish_deadline_s):
-            for fut in pending:
-                await fut
+        async with anyio.create_task_group() as tg:
+            # hashlib releases the GIL: the checksum runs on another core while chunks go out.
+            tg.start_soon(_hash_parts, parts, digest)
+            for chunk in _chunks(parts, chunk_bytes):
+                pending.append(await bus.js.publish_async(chunk_subject, chunk))
+            with anyio.fail_after(bus.settings.publish_deadline_s):
+                for fut in pending:
+                    await fut
         info = api.ObjectInfo(
-            name=name, bucket=bucket, nuid=nuid, size=len(view), chunks=len(pending),
+            name=name, bucket=bucket, nuid=nuid, size=size, chunks=len(pending),
             mtime=datetime.now(timezone.utc).isoformat(),
-            digest="SHA-256=" + base64.urlsafe_b64encode(digest.digest()).decode(),
+            digest="SHA-256=" + base64.urlsafe_b64encode(digest["sha256"]).decode(),
             options=api.ObjectMetaOptions(max_chunk_size=chunk_bytes),
         )
         old = await _info(bus, bucket, name)
@@ -78,7 +103,17 @@ async def put_object(bus: Bus, bucket: str, name: str, data: bytes | memoryview)
         raise
     if old is not None and old.nuid != nuid:
         await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{old.nuid}")
-    return StoredObject(name, len(view), digest.hexdigest(), len(pending))
+    return StoredObject(name, size, digest["sha256"].hex(), len(pending))
+
+
+async def _hash_parts(parts: list[memoryview], out: dict[str, bytes]) -> None:
+    def run() -> bytes:
+        digest = hashlib.sha256()
+        for part in parts:
+            digest.update(part)
+        return digest.digest()
+
+    out["sha256"] = await anyio.to_thread.run_sync(run)
 
 
 async def _info(bus: Bus, bucket: str, name: str) -> api.ObjectInfo | None:
@@ -92,36 +127,57 @@ async def _info(bus: Bus, bucket: str, name: str) -> api.ObjectInfo | None:
 
 async def get_object(bus: Bus, bucket: str, name: str) -> bytes:
     """Read `name` back whole; raises ObjectCorrupt if its SHA-256 does not match."""
+    return bytes(await read_object(bus, bucket, name))
+
+
+async def read_object(bus: Bus, bucket: str, name: str) -> bytearray:
+    """`get_object` into a fresh bytearray, without the final copy to bytes."""
     info = await _info(bus, bucket, name)
     if info is None:
-        raise nats.js.errors.ObjectNotFoundError()
+        raise ObjectMissing(f"{bucket}/{name}: no such object")
     out = bytearray(info.size or 0)
     if not info.size:
-        return bytes(out)
-    sub = await bus.js.pull_subscribe(
-        f"$O.{bucket}.C.{info.nuid}", stream=_stream(bucket),
-        config=api.ConsumerConfig(ack_policy=api.AckPolicy.NONE,
-                                  deliver_policy=api.DeliverPolicy.ALL,
-                                  inactive_threshold=30.0, mem_storage=True))
-    offset = 0
-    digest = hashlib.sha256()
+        return out
+    reader = _ChunkReader(out, info.chunks or 0)
+    # An ordered push consumer streams chunks under server flow control: no round trip per
+    # batch as with fetch (twice as fast for 257 MB here), and gaps are re-requested by it.
+    sub = await bus.js.subscribe(f"$O.{bucket}.C.{info.nuid}", stream=_stream(bucket),
+                                 ordered_consumer=True, cb=reader.on_chunk,
+                                 pending_bytes_limit=_PENDING_BYTES)
     try:
         with anyio.fail_after(bus.settings.publish_deadline_s):
-            received = 0
-            while received < (info.chunks or 0):
-                want = min(_READ_BATCH, info.chunks - received)
-                for msg in await sub.fetch(want, timeout=bus.settings.request_timeout_s):
-                    out[offset:offset + len(msg.data)] = msg.data
-                    digest.update(msg.data)
-                    offset += len(msg.data)
-                    received += 1
+            await reader.done.wait()
     finally:
         with anyio.CancelScope(shield=True):
             await sub.unsubscribe()
     expected = base64.urlsafe_b64decode(info.digest.split("=", 1)[1])
-    if offset != info.size or digest.digest() != expected:
-        raise ObjectCorrupt(f"{bucket}/{name}: {offset} of {info.size} bytes, checksum mismatch")
-    return bytes(out)
+    if reader.offset != info.size or reader.digest.digest() != expected:
+        raise ObjectCorrupt(f"{bucket}/{name}: {reader.offset} of {info.size} bytes, "
+                            "checksum mismatch")
+    return out
+
+
+class _ChunkReader:
+    """Copies chunks into place as they arrive and hashes them."""
+
+    def __init__(self, out: bytearray, chunks: int) -> None:
+        self.out, self.chunks = out, chunks
+        self.offset = self.received = 0
+        self.digest = hashlib.sha256()
+        self.done = anyio.Event()
+
+    async def on_chunk(self, msg) -> None:
+        data = msg.data
+        end = self.offset + len(data)
+        if end > len(self.out):  # more bytes than recorded: the checksum check reports it
+            self.offset = end
+            self.done.set()
+            return
+        self.out[self.offset:end] = data
+        self.digest.update(data)
+        self.offset, self.received = end, self.received + 1
+        if self.received >= self.chunks:
+            self.done.set()
 
 
 async def delete_object(bus: Bus, bucket: str, name: str) -> None:

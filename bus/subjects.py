@@ -10,6 +10,7 @@ to a message gets a new version token here.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -32,6 +33,8 @@ EVENTS = f"{PREFIX}.events"
 "Every process: `Event`, as `whet.v1.events.<kind>.<instance>.<level>`."
 DEAD_LETTERS = f"{PREFIX}.dlq"
 "Any consumer: `DeadLetter`, as `whet.v1.dlq.<stream>`."
+TRIALS = f"{PREFIX}.trials"
+"Recorder to trace store: `Trial`, as `whet.v1.trials.<run>.<trial>` (one subject per trial)."
 
 BUCKET_POLICY = "whet-policy"
 "KV: key `current` holds the latest `WeightVersion`."
@@ -47,10 +50,10 @@ KEY_SAMPLER_STATE = "sampler.state"
 "whet-run: the sampler's admission counters (`SamplerState`)."
 KEY_SAMPLER_RATES = "sampler.rates"
 "whet-run: the sampler's per-task pass rates, in chunks `sampler.rates.<n>` (msgpack)."
-KEY_GATE_PREFIX = "gate"
-"whet-run: `gate.<digest>` holds one task's intake gate report (JSON), reused after a restart."
 KEY_EVALUATOR_STATE = "evaluator.state"
 "whet-run: the evaluator's last round and history (`EvaluatorState`)."
+KEY_METRICS = "monitor.metrics"
+"whet-run: the monitor's latest `MetricsSnapshot`."
 
 _TOKEN_OK = re.compile(r"[^a-z0-9_-]")
 
@@ -81,9 +84,66 @@ def dead_letter_subject(stream: str) -> str:
     return f"{DEAD_LETTERS}.{token(stream)}"
 
 
+def trial_token(trial_id: str) -> str:
+    """One subject token naming a trial: readable, and unique even where `token` folds two
+    ids together (case, dots), thanks to a short hash of the exact id."""
+    digest = hashlib.sha256(trial_id.encode()).hexdigest()[:10]
+    return f"{token(trial_id)[:100]}-{digest}"
+
+
+def trial_subject(run_id: str, trial_id: str) -> str:
+    """Subject of one trial record."""
+    return f"{TRIALS}.{token(run_id)}.{trial_token(trial_id)}"
+
+
+def trial_filter(run_id: str | None = None, trial_id: str | None = None) -> str:
+    """Filter for the trials of one run, one trial in any run, or everything."""
+    run = token(run_id) if run_id else "*"
+    return f"{TRIALS}.{run}.{trial_token(trial_id)}" if trial_id else f"{TRIALS}.{run}.>"
+
+
+INBOX = "_INBOX"
+
+
+def inbox_prefix(user: str) -> str:
+    """Reply-subject prefix of a client logged in as `user`: a role reads only its own replies."""
+    return f"{INBOX}.{token(user)}" if user else INBOX
+
+
+def kv_subject(bucket: str, key: str) -> str:
+    """Subject a put of `key` in KV `bucket` is published on (a pattern if `key` has wildcards)."""
+    return f"$KV.{bucket}.{key}"
+
+
+def kv_stream(bucket: str) -> str:
+    """Stream that backs KV `bucket`."""
+    return f"KV_{bucket}"
+
+
+def object_subjects(bucket: str) -> str:
+    """Subjects of every chunk and metadata record of object-store `bucket`."""
+    return f"$O.{bucket}.>"
+
+
+def object_stream(bucket: str) -> str:
+    """Stream that backs object-store `bucket`."""
+    return f"OBJ_{bucket}"
+
+
 def actor_key(kind: str, instance: str) -> str:
     """KV key of an actor's heartbeat."""
     return f"{token(kind)}.{token(instance)}"
+
+
+def actor_keys(kind: str) -> str:
+    """KV key pattern of every heartbeat of an actor kind."""
+    return f"{token(kind)}.*"
+
+
+def gate_key(owner: str, digest: str) -> str:
+    """whet-run key of one task's intake gate report (JSON), kept under its owner's prefix
+    (`sampler.gate.<digest>`) so the owner's write grant covers it."""
+    return f"{token(owner)}.gate.{digest}"
 
 
 def scale_key(kind: str) -> str:
@@ -114,6 +174,8 @@ class StreamSpec:
     max_bytes: int = -1
     discard_new: bool = True
     "True refuses new messages when full (backpressure) instead of dropping old ones."
+    max_msgs_per_subject: int = -1
+    "Most messages kept per subject (-1: no limit); 1 keeps only the latest."
 
 
 @dataclass(frozen=True)
@@ -134,9 +196,11 @@ STREAM_VERDICTS = "WHET_VERDICTS"
 STREAM_EVENTS = "WHET_EVENTS"
 STREAM_DLQ = "WHET_DLQ"
 STREAM_ADVISORIES = "WHET_ADVISORIES"
+STREAM_TRIALS = "WHET_TRIALS"
 
 
-def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int) -> list[StreamSpec]:
+def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int,
+            trials_max_age_s: float = 0.0, trials_max_bytes: int = -1) -> list[StreamSpec]:
     """The streams whetstone needs, sized from config."""
     return [
         StreamSpec(STREAM_TASKS, (TASKS,), "workqueue", max_bytes=work_max_bytes),
@@ -155,6 +219,10 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int) -
         # message they name: no live subscriber is needed when the server gives up.
         StreamSpec(STREAM_ADVISORIES, (f"{MAX_DELIVERIES}.>",), "workqueue",
                    max_age_s=retention_s),
+        # One record per trial: a re-recorded verdict replaces its record, and the oldest
+        # trials go first when the store is full.
+        StreamSpec(STREAM_TRIALS, (f"{TRIALS}.>",), "limits", max_age_s=trials_max_age_s,
+                   max_bytes=trials_max_bytes, discard_new=False, max_msgs_per_subject=1),
     ]
 
 
@@ -176,3 +244,5 @@ CONSUMER_EVALUATOR = ConsumerSpec(STREAM_VERDICTS, "evaluator", f"{VERDICTS}.eva
 "Eval verdicts: held-out pass rates."
 CONSUMER_EVALUATOR_TRAIN = ConsumerSpec(STREAM_VERDICTS, "evaluator-train", f"{VERDICTS}.train")
 "Train verdicts for the evaluator's training-reward trend."
+CONSUMER_MONITOR_TRAIN = ConsumerSpec(STREAM_VERDICTS, "monitor-train", f"{VERDICTS}.train")
+CONSUMER_MONITOR_EVAL = ConsumerSpec(STREAM_VERDICTS, "monitor-eval", f"{VERDICTS}.eval")

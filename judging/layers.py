@@ -29,8 +29,7 @@ class ScoredTest:
     passed: bool | None
     "None when the test does not count (invalid)."
     status: str
-    "Harness status ('ok', 'error', 'timeout', 'exit', 'killed', 'output_limit', 'unencodable',"
-    " 'fail', 'infra', 'invalid'), or 'wrong' (ran, wrong value) or 'missing' (no record)."
+    "The harness's status ('ok', 'error', 'timeout', 'exit', 'killed', ...), 'wrong' or 'missing'."
     detail: str
     record: dict
 

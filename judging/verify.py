@@ -7,7 +7,8 @@ without a model turn around it: the environments' solvability, mutation and dete
 gates call it. An infrastructure failure is re-run (up to `retries` times) and, if it
 persists, reported with `ok=False` and an `infra.*` cause, never as a test failure.
 
-The signature of `check_code` is stable: callers in `envs/` depend on it.
+The signature of `check_code` is stable: callers in `envs/` depend on it. It does NOT open
+or close the backend (the caller owns it) and does NOT decide what a gate accepts.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def _die_with_parent() -> None:
 
 def _limit_threads(n: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(var, str(n))
+        os.environ[var] = str(n)
 
 
 async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with_parent()
     cfg = config_mod.load(args.config)
-    _limit_threads(cfg.supervisor.threads_per_actor)
+    _limit_threads(cfg.supervisor.threads.get(args.kind, cfg.supervisor.threads_per_actor))
     run_dir = Path(args.run_dir)
     log_mod.configure(kind=args.kind, instance=args.instance, run_id=run_dir.name,
                       level=cfg.logging.level, run_dir=run_dir)

@@ -34,7 +34,8 @@ from runtime.connect import bus_settings
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="whetstone: RL post-training on verifiable tasks, as actors on NATS.")
 
-COMMAND_MODULES: list[str] = ["runtime.cli_exec", "runtime.cli_judge", "runtime.cli_tasks"]
+COMMAND_MODULES: list[str] = ["runtime.cli_auth", "runtime.cli_trace", "runtime.cli_exec",
+                             "runtime.cli_judge", "runtime.cli_tasks"]
 "Modules with a `register(app)` function that adds their commands."
 
 RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id or path (default: runs/latest).")]
@@ -62,13 +63,17 @@ def connect_url(run: str | None, url: str | None) -> str:
 
 async def open_bus(run: str | None, url: str | None) -> Bus:
     """Connect a short-lived CLI client with the run's settings (or defaults)."""
+    from runtime import credentials
+
     target = connect_url(run, url)
-    cfg = config_mod.RunConfig()
+    cfg, rd = config_mod.RunConfig(), None
     try:
-        cfg = config_mod.load(rundir.find(run).config_file)
+        rd = rundir.find(run)
+        cfg = config_mod.load(rd.config_file)
     except WhetError:
         pass
-    settings = bus_settings(cfg, target)
+    settings = credentials.as_admin(bus_settings(cfg, target), cfg,
+                                    credentials.secrets_dir(cfg, rd))
     settings = type(settings)(**{**settings.__dict__, "connect_timeout_s": 10.0,
                                  "publish_deadline_s": 15.0})
     return await Bus.connect(settings, local_identity("cli"))

@@ -26,6 +26,7 @@ from bus.messages import Task
 from judging.offline import Judged, judge_all
 from judging.samples import index_tasks, read_samples
 from runtime import config as config_mod
+from runtime import log as log_mod
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +43,7 @@ def register(app: typer.Typer) -> None:
         config: Annotated[Path | None, typer.Option("--config", "-c", help="Run config for [judge].")] = None,
     ) -> None:
         """Judge a file of attempts offline and print one verdict per attempt."""
+        log_mod.configure(kind="cli", instance="judge", level="warning")  # stdout is the verdicts
         cfg = config_mod.load(config) if config else config_mod.RunConfig()
         known, problems = read_tasks(tasks)
         batch, bad = read_samples(attempts, index_tasks(known))

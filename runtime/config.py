@@ -24,6 +24,10 @@ import msgspec
 from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
 from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
+from monitoring.config import MonitorConfig
+from runtime.auth import AuthConfig, role_of
+from runtime.autoscale import AutoscaleConfig
+from policy.config import GeneratorConfig, LearnerConfig, ModelConfig
 from judging.config import JudgeConfig
 from runtime.section import Section
 
@@ -81,6 +85,8 @@ class SupervisorConfig(Section):
     "Longest restart delay."
     threads_per_actor: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     "torch/BLAS threads per actor process, so actors do not fight over the cores."
+    threads: dict[str, Annotated[int, msgspec.Meta(ge=1, le=64)]] = {}
+    "Per-kind override of threads_per_actor, e.g. {learner = 2}."
 
 
 class TrainingConfig(Section):
@@ -92,6 +98,8 @@ class TrainingConfig(Section):
     "Attempts per task (the GRPO group)."
     max_staleness: Annotated[int, msgspec.Meta(ge=0)] = 2
     "async: policy versions a sample may lag behind the learner. sync uses 0."
+    max_steps: Annotated[int, msgspec.Meta(ge=0)] = 0
+    "Stop the stack after this many learner steps (0: run until stopped)."
 
     @property
     def staleness(self) -> int:
@@ -111,6 +119,12 @@ class RunConfig(Section):
     supervisor: SupervisorConfig = SupervisorConfig()
     logging: LoggingConfig = LoggingConfig()
     training: TrainingConfig = TrainingConfig()
+    auth: AuthConfig = AuthConfig()
+    monitor: MonitorConfig = MonitorConfig()
+    autoscale: AutoscaleConfig = AutoscaleConfig()
+    model: ModelConfig = ModelConfig()
+    generator: GeneratorConfig = GeneratorConfig()
+    learner: LearnerConfig = LearnerConfig()
     executor: ExecutorConfig = ExecutorConfig()
     envs: EnvsConfig = EnvsConfig()
     sampler: SamplerConfig = SamplerConfig()
@@ -204,14 +218,20 @@ def _check_kinds(cfg: RunConfig, source: str) -> None:
     from actors import KINDS  # the registry of built-in kinds
 
     known = set(KINDS) | set(cfg.actors.target)
-    for kind in cfg.actors.count:
-        if kind not in known:
-            raise ConfigError(source, f"actors.count.{kind}",
-                              f"unknown actor kind; expected one of {sorted(known)}")
+    for section, kinds in (("actors.count", cfg.actors.count), ("autoscale.kinds", cfg.autoscale.kinds)):
+        for kind in kinds:
+            if kind not in known:
+                raise ConfigError(source, f"{section}.{kind}",
+                                  f"unknown actor kind; expected one of {sorted(known)}")
     for kind, target in cfg.actors.target.items():
         if ":" not in target:
             raise ConfigError(source, f"actors.target.{kind}",
                               f"expected 'module:function', got {target!r}")
+    for kind in {*cfg.actors.count, *cfg.autoscale.kinds} if cfg.auth.enabled else ():
+        try:
+            role_of(kind, cfg.auth)
+        except ValueError as exc:
+            raise ConfigError(source, f"auth.roles.{kind}", str(exc)) from None
 
 
 def _apply_env(cfg: RunConfig) -> RunConfig:

@@ -56,7 +56,10 @@ class EmbeddedServer:
         shutil.rmtree(ports_dir, ignore_errors=True)
         ports_dir.mkdir()
         conf = self.store_dir / "nats-server.conf"
-        conf.write_text(self._config())
+        # Owner-only: with auth on, the config holds the run's passwords.
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self._config())
         log = open(self.store_dir / "nats-server.log", "ab")
         self.proc = subprocess.Popen(
             [server_binary(), "-c", str(conf), "--ports_file_dir", str(ports_dir)],

@@ -35,3 +35,7 @@ def render_status(snap: StackStatus, console: Console | None = None) -> None:
         streams.add_row(s.stream, str(s.messages), s.consumer or "-", str(s.pending),
                         str(s.in_flight), str(s.redelivered))
     console.print(streams)
+    if snap.metrics is not None:
+        from runtime.render_metrics import render_metrics
+
+        render_metrics(snap.metrics, console, now=snap.at)

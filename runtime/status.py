@@ -1,18 +1,21 @@
 """`whet status`: a snapshot of a running stack, read from the bus.
 
 Consumes the actor registry (heartbeats in KV), stream and consumer state, the policy
-version and the dead-letter count; produces a `StackStatus` value, rendered as tables or
-JSON by the CLI. An actor whose last beat is older than three of its intervals is shown as
-`dead`. It changes nothing.
+version, the dead-letter count and the monitor's latest `MetricsSnapshot` (KV, when a
+monitor runs); produces a `StackStatus` value, rendered as tables or JSON by the CLI. An
+actor whose last beat is older than three of its intervals is shown as `dead`. It changes
+nothing.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+
+import msgspec
 
 from bus import subjects
-from bus.messages import Heartbeat, WeightVersion
+from bus.messages import Heartbeat, MetricsSnapshot, WeightVersion
 from bus.nats_bus import Bus
 
 WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
@@ -52,13 +55,17 @@ class StackStatus:
     policy_version: int = -1
     dead_letters: int = 0
     at: float = 0.0
+    metrics: MetricsSnapshot | None = None
+    "The monitor's latest snapshot, if a monitor runs."
 
     def live(self, kind: str) -> int:
         """Instances of `kind` that are beating and ready."""
         return sum(a.kind == kind and a.state == "ready" for a in self.actors)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(replace(self, metrics=None))
+        out["metrics"] = msgspec.to_builtins(self.metrics) if self.metrics else None
+        return out
 
 
 def actor_row(beat: Heartbeat, now: float) -> ActorRow:
@@ -93,6 +100,7 @@ async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
             streams.append(StreamRow(st.name, st.messages, name, c["pending"], c["in_flight"],
                                      c["redelivered"]))
     policy = await bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
+    metrics = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_METRICS, MetricsSnapshot)
     return StackStatus(actors=rows, streams=streams,
                        policy_version=policy.version if policy else -1,
-                       dead_letters=dead_letters, at=now)
+                       dead_letters=dead_letters, at=now, metrics=metrics)

@@ -11,11 +11,13 @@ It does no domain work and never touches messages other than scale targets.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import anyio
 import anyio.abc
@@ -45,8 +47,11 @@ class Slot:
 
 
 class Supervisor:
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, url: str, bus: Bus) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: RunDir, url: str, bus: Bus,
+                 child_env: Callable[[str], dict[str, str]] | None = None) -> None:
         self.cfg, self.run_dir, self.url, self.bus = cfg, run_dir, url, bus
+        self.child_env = child_env or (lambda kind: dict(os.environ))
+        "Environment of a new process of a kind (its NATS login, when auth is on)."
         self.slots: dict[str, list[Slot]] = {}
         self.next_index: dict[str, int] = {}
         self._tg: anyio.abc.TaskGroup | None = None
@@ -70,6 +75,11 @@ class Supervisor:
                 await self._stop_all()
                 self.done.set()
             tg.cancel_scope.cancel()
+
+    def child_pids(self) -> list[int]:
+        """Process ids of the actor processes running now."""
+        return [s.proc.pid for slots in self.slots.values() for s in slots
+                if s.proc is not None and s.proc.returncode is None]
 
     def counts(self) -> dict[str, int]:
         return {kind: sum(not s.retired for s in slots) for kind, slots in self.slots.items()}
@@ -115,7 +125,8 @@ class Supervisor:
             slot.exited = anyio.Event()
             try:
                 slot.proc = await anyio.open_process(self._command(slot), stdin=subprocess.DEVNULL,
-                                                     stdout=out, stderr=subprocess.STDOUT)
+                                                     stdout=out, stderr=subprocess.STDOUT,
+                                                     env=self.child_env(slot.kind))
             finally:
                 out.close()
             log.info("actor.spawned", kind=slot.kind, child=slot.instance, pid=slot.proc.pid)

@@ -111,6 +111,8 @@ class SlotCgroup:
         self._oom_before = 0
         self._cpu_before = 0
         self._peak_fd: int | None = None
+        self.keep: set[int] = set()
+        "Long-lived members (the slot's spawner and warm zygote): never killed between jobs."
         for d in self.dirs.values():
             d.mkdir(exist_ok=True)
 
@@ -132,6 +134,7 @@ class SlotCgroup:
     def start_job(self, memory_mb: int, pids: int, cpus: float) -> None:
         """Set this job's limits and start its accounting (the slot may hold a waiting sandbox)."""
         limit = memory_mb * _MB
+        pids += len(self.keep)  # the job's own count excludes the slot's resident processes
         period = 100_000
         quota = max(int(cpus * period), 1000)
         if self.layout.mode == "v2":
@@ -196,15 +199,20 @@ class SlotCgroup:
         except FileNotFoundError:
             return []
 
+    def strays(self) -> list[int]:
+        """Processes in the slot other than its residents."""
+        return [pid for pid in self.pids() if pid not in self.keep]
+
     def kill_all(self, wait_s: float = 5.0) -> bool:
-        """SIGKILL everything in the slot and wait until it is empty; False if it is not."""
+        """SIGKILL everything in the slot but `keep`, and wait until only `keep` is left;
+        False if something else is still there after `wait_s`."""
         kill_file = self.dirs.get("unified", Path("/nonexistent")) / "cgroup.kill"
         deadline = time.monotonic() + wait_s
         while True:
-            pids = self.pids()
+            pids = self.strays()
             if not pids:
                 return True
-            if kill_file.exists():
+            if kill_file.exists() and not self.keep:
                 _write(kill_file, 1)
             else:
                 for pid in pids:

@@ -22,8 +22,10 @@ class SandboxConfig(Section):
     "Folder of built environment trees (python -m sandbox.envbuild); empty: WHET_ENVS_DIR or /var/cache/whetstone/envs."
     uid_base: Annotated[int, msgspec.Meta(ge=1000, le=2**31 - 1024)] = 64000
     "Slot N runs as uid/gid uid_base+N: unprivileged, and never shared by two live jobs."
+    prefork: bool = True
+    "local: python-runtime jobs start in sandboxes pre-forked by a zygote (unshare, no bubblewrap per job)."
     warm_python: bool = True
-    "local: run `python3 ...` jobs in the warm zygote (same isolation, no interpreter start)."
+    "local, with prefork: run `python3 ...` commands in-process in that sandbox (no interpreter start)."
     docker_host: str = ""
     "Docker API socket; empty: DOCKER_HOST, then the private engine's unix:///run/whetstone/docker.sock."
     docker_start_engine: bool = True

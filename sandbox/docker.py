@@ -1,9 +1,10 @@
 """The docker backend: each job in a container of the Docker-API engine (dockerd, Podman).
 
 Consumes `Job`s (up to `slots` at once); produces `ExecutionResult`s. A cold job goes
-create -> start -> wait (with the job's timeout) -> kill -> inspect (OOMKilled) -> force-remove
-in `finally`. Containers have no network, a read-only root (the environment's image, imported
-from the same tree the local backend uses), memory = memory+swap, pids and CPU limits, every
+create -> start -> wait (with the job's timeout) -> kill -> inspect (OOMKilled) -> logs (only
+when the job's wrapper failed) -> force-remove in `finally`. Containers have no network, a
+read-only root (the environment's image, imported from the same tree the local backend
+uses), memory = memory+swap, pids and CPU limits, every
 capability dropped, no_new_privs, the slot's unprivileged uid, and size-capped tmpfs at /tmp
 and /dev/shm. The job folder is bind-mounted read-only at /work.
 
@@ -34,7 +35,7 @@ from sandbox import cgroups, engine, envs
 from sandbox.config import SandboxConfig
 from sandbox.launch import WORK, job_env
 from sandbox.local import write_job_files
-from sandbox.outcome import Observed, bad_job, nothing_to_run, result_of, sandbox_failure, split_shell_code
+from sandbox.outcome import Observed, bad_job, finished, nothing_to_run, sandbox_failure, split_shell_code
 from sandbox.pipes import CappedReader, close_quietly
 from sandbox.slots import SlotPool
 
@@ -86,14 +87,22 @@ class JobChannels:
 
     @property
     def read_fds(self) -> list[int]:
-        return self.fds[0::2]
+        return list(self.fds[0::2])
 
     def release(self) -> None:
         """Drop our write ends: readers see EOF once the container's writers are gone too."""
-        close_quietly(*(fd for fd in self.fds[1::2] if fd >= 0))
+        self._close(range(1, len(self.fds), 2))
 
     def close(self) -> None:
-        close_quietly(*(fd for fd in self.fds if fd >= 0))
+        self._close(range(len(self.fds)))
+
+    def _close(self, positions) -> None:
+        # Each fd is closed once: a second close could hit a number reused meanwhile
+        # (by the engine client's own socket, for one).
+        for i in positions:
+            if self.fds[i] >= 0:
+                close_quietly(self.fds[i])
+                self.fds[i] = -1
 
 
 class DockerBackend:
@@ -201,7 +210,7 @@ class DockerBackend:
             config = self.container_config(job, index, ["/bin/sh", "-c", WRAPPER, "whet", *job.command], image)
             container = await self.docker.containers.create(config)
             readers = self._readers(job, channels, seen, container)
-            code, oom = await self._start_and_wait(job, container, readers, channels, seen)
+            code, oom, engine_log = await self._start_and_wait(job, container, readers, channels, seen)
         except (aiodocker.DockerError, OSError) as exc:
             log.error("sandbox.container_failed", error=str(exc))
             return sandbox_failure(self.name, f"container engine: {exc}", time.monotonic() - started)
@@ -211,7 +220,7 @@ class DockerBackend:
                 with anyio.CancelScope(shield=True):
                     await _remove(container)
         seen.wall_s = time.monotonic() - started
-        return self.conclude(job, seen, readers, cg, code, oom)
+        return self.conclude(job, seen, readers, cg, code, oom, engine_log)
 
     def _readers(self, job: Job, channels: JobChannels, seen: Observed, container) -> list[CappedReader]:
         def flooded() -> None:
@@ -222,7 +231,7 @@ class DockerBackend:
         return [CappedReader(fd, cap, flooded) for fd in fds[:3]] + [CappedReader(fds[3], 256, wait_first=True)]
 
     async def _start_and_wait(self, job: Job, container, readers, channels: JobChannels,
-                              seen: Observed) -> tuple[int | None, bool]:
+                              seen: Observed) -> tuple[int | None, bool, str]:
         async with anyio.create_task_group() as tg:
             for reader in readers:
                 tg.start_soon(reader.run)
@@ -236,15 +245,20 @@ class DockerBackend:
             if seen.timed_out or seen.output_limited:
                 await _kill(container)
             state = (await container.show())["State"]
+            engine_log = ""
+            if state.get("ExitCode") == 125 and not seen.timed_out:
+                # The wrapper could not open its FIFOs: only the engine's log says why.
+                engine_log = "".join(await container.log(stdout=True, stderr=True))[-2000:]
             channels.release()
             with anyio.move_on_after(DRAIN_S):
-                for reader in readers:
+                for reader in readers[:3]:  # the status FIFO is the warm pool's only
                     await reader.eof.wait()
             tg.cancel_scope.cancel()
-        return state.get("ExitCode"), bool(state.get("OOMKilled"))
+        return state.get("ExitCode"), bool(state.get("OOMKilled")), engine_log
 
     def conclude(self, job: Job, seen: Observed, readers: list[CappedReader],
-                 cg: cgroups.SlotCgroup | None, code: int | None, oom: bool) -> ExecutionResult:
+                 cg: cgroups.SlotCgroup | None, code: int | None, oom: bool,
+                 engine_log: str = "") -> ExecutionResult:
         out, err, rep, _ = readers
         if cg is not None:
             seen.cpu_s, seen.peak_memory_mb, cg_oom = cg.usage()
@@ -254,14 +268,11 @@ class DockerBackend:
             seen.exit_code, seen.signal = split_shell_code(code)
         elif seen.timed_out:
             seen.signal = 9
-        seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
-        seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        seen.take_output(out, err, rep)
         if code == 125 and not seen.stderr and not seen.timed_out:
-            return sandbox_failure(self.name, "the job wrapper could not open its channels", seen.wall_s)
-        result = result_of(seen, job, self.name)
-        log.info("sandbox.finished", backend=self.name, status=result.status,
-                 exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
-        return result
+            return sandbox_failure(self.name, f"the job wrapper could not open its channels: {engine_log}",
+                                   seen.wall_s)
+        return finished(seen, job, self.name)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):

@@ -1,11 +1,15 @@
-"""The docker backend's warm pool: jobs `exec`ed into containers that are already running.
+"""The docker backend's warm pool: jobs run in containers that are already running.
 
 Consumes jobs of a docker slot that has (or gets) a warm container with the job's runtime and
 limits; produces `ExecutionResult`s like the cold path. Each warm container is created like a
-cold one (same HostConfig: no network, read-only root, limits, no capabilities, slot uid) but
-runs `sleep infinity`; a job is one `exec` of a wrapper that runs the command, then kills
-every process of the slot uid (setsid orphans included), empties /tmp and /dev/shm, checks
-that nothing is left, and only then writes `exit N` on the status FIFO.
+cold one (same HostConfig: no network, read-only root, limits, slot uid for jobs) but its
+pid 1 is a small bash runner, root with only CAP_SETUID and CAP_SETGID (every other capability
+dropped). The host starts a job by writing to the slot's `go` FIFO (no engine API call, no
+`runc exec`); the runner drops to the slot uid with no_new_privs (`setpriv`, which clears
+those two capabilities too) and runs a wrapper that runs the command, then kills every
+process of the slot uid (setsid orphans included; the root runner cannot be signalled or
+traced by them), empties /tmp and /dev/shm, checks that nothing is left, and only then
+writes `exit N` on the status FIFO.
 
 A container is replaced (never reused) when its job timed out, flooded, or ended without that
 clean `exit` line: whatever the job did to the container goes with it. It does NOT share a
@@ -14,8 +18,11 @@ container between slots, so concurrent jobs never see each other.
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 import time
+from pathlib import Path
 
 import aiodocker
 import anyio
@@ -23,8 +30,6 @@ import structlog
 
 from bus.messages import ExecutionResult, Job, Limits
 from sandbox.docker import IO, DRAIN_S, JobChannels, _remove
-from sandbox.launch import WORK, job_env
-from sandbox import envs
 from sandbox.outcome import Observed, sandbox_failure
 
 log = structlog.get_logger("sandbox.docker_pool")
@@ -37,13 +42,24 @@ WARM_WRAPPER = "\n".join([
     "kill -9 -1; kill -9 -1",
     "chmod -R u+rwx /tmp /dev/shm; rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* /dev/shm/* /dev/shm/.[!.]* /dev/shm/..?*",
     "state=dirty",
-    # init, sleep and this shell: anything more is a survivor (zombies wait for init a moment).
+    # The runner and this shell: anything more is a survivor (zombies wait for the runner).
     "for i in 1 2 3 4 5 6 7 8 9 10; do set -- /proc/[0-9]*",
-    '  if [ $# -le 3 ] && [ -z "$(ls -A /tmp)$(ls -A /dev/shm)" ]; then state=exit; break; fi',
+    '  if [ $# -le 2 ] && [ -z "$(ls -A /tmp)$(ls -A /dev/shm)" ]; then state=exit; break; fi',
     "  sleep 0.02; done",
     'echo "$state $rc" >&4',
 ])
 "Runs the job, then cleans the container; says 'exit N' when it is clean again, else 'dirty N'."
+RUNNER = "\n".join([
+    # No traps: ignored signals would be inherited by jobs; as pid 1 it gets none anyway.
+    "while :; do",
+    f"  read -r _ < {IO}/go || {{ sleep 0.05; continue; }}",
+    f"  mapfile -d '' -t argv < {IO}/argv",
+    '  env -u SHLVL -u _ setpriv --reuid="$1" --regid="$1" --clear-groups --no-new-privs \\',
+    '    /bin/sh -c "$2" whet "${argv[@]}"',
+    "done",
+])
+"pid 1 of a warm container: $1 is the slot uid, $2 the wrapper. Reaps orphans as init does."
+GO_TIMEOUT_S = 15.0
 EXIT_LINE = re.compile(rb"(exit|dirty) (-?\d+)\n?$")
 
 
@@ -63,10 +79,11 @@ class WarmPool:
             return held[0]
         await self.replace(index)
         backend = self.backend
-        config = backend.container_config(job, index, ["sleep", "infinity"], await backend.image(job.runtime))
-        # The idle container runs as (capability-less) root with an init that reaps orphans:
-        # the job's uid can neither signal it nor take it down with `kill -9 -1`.
+        uid = str(backend.config.uid_base + index)
+        config = backend.container_config(job, index, ["/bin/bash", "-c", RUNNER, "runner", uid, WARM_WRAPPER],
+                                          await backend.image(job.runtime))
         config["User"] = "0:0"
+        config["HostConfig"].update(Init=False, CapAdd=["SETUID", "SETGID"])
         container = await backend.docker.containers.create(config)
         await container.start()
         self.containers[index] = (container, key)
@@ -92,21 +109,24 @@ class WarmPool:
             cg = backend.start_accounting(index, job.limits)
             oom_before = _oom_kills(backend, index, container.id)
             readers = backend._readers(job, channels, seen, container)
-            env = job_env(envs.spec(job.runtime))
-            execution = await container.exec(["/bin/sh", "-c", WARM_WRAPPER, "whet", *job.command],
-                                             user=f"{uid}:{uid}", workdir=WORK, environment=env)
+            io = backend.slot_dirs(index)[1]
+            (io / "argv").write_bytes(b"".join(arg.encode() + b"\0" for arg in job.command))
             async with anyio.create_task_group() as tg:
                 for reader in readers:
                     tg.start_soon(reader.run)
-                await execution.start(detach=True)
+                await self._go(io)
                 with anyio.move_on_after(job.limits.timeout_s) as deadline:
                     while not (seen.output_limited or readers[3].line.is_set() or readers[3].eof.is_set()):
                         with anyio.move_on_after(0.25):
                             await readers[3].eof.wait()
                 seen.timed_out = deadline.cancelled_caught
+                if readers[3].line.is_set() and not (seen.timed_out or seen.output_limited):
+                    # The next job's status reader must not meet this wrapper on the reused FIFO.
+                    with anyio.move_on_after(DRAIN_S):
+                        await readers[3].eof.wait()
                 match = EXIT_LINE.search(bytes(readers[3].data))
                 ended = match is not None and not seen.timed_out and not seen.output_limited
-                clean = ended and match.group(1) == b"exit"
+                clean = ended and match.group(1) == b"exit" and readers[3].eof.is_set()
                 if not clean:
                     await self.replace(index)  # kills every process of the job with it
                 channels.release()
@@ -125,6 +145,25 @@ class WarmPool:
         if not ended and not seen.timed_out and not seen.output_limited:
             seen.signal = 9  # the job took its wrapper down with it
         return backend.conclude(job, seen, readers, cg, code, oom)
+
+    async def _go(self, io: Path) -> None:
+        """Wake the slot's runner (it waits in `read < go`, which counts as a reader)."""
+        go = io / "go"
+        if not go.exists():
+            os.mkfifo(go, 0o600)
+        deadline = time.monotonic() + GO_TIMEOUT_S
+        while True:
+            try:
+                fd = os.open(go, os.O_WRONLY | os.O_NONBLOCK)
+                break
+            except OSError as exc:
+                if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                    raise OSError(exc.errno, f"the warm container's runner is not listening: {exc}")
+                await anyio.sleep(0.002)  # still cleaning up after the previous job
+        try:
+            os.write(fd, b"go\n")
+        finally:
+            os.close(fd)
 
     async def aclose(self) -> None:
         for index in list(self.containers):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -68,6 +69,22 @@ def start_private_dockerd() -> subprocess.Popen:
     log.info("sandbox.engine_starting", argv=" ".join(argv))
     return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=logfile, stderr=logfile,
                             start_new_session=True)
+
+
+def stop_private_dockerd(timeout_s: float = 30.0) -> bool:
+    """Stop the private dockerd (SIGTERM through its pidfile); True once it is gone."""
+    pidfile = Path(PRIVATE_SOCKET).parent / "dockerd.pid"
+    try:
+        pid = int(pidfile.read_text())
+        os.kill(pid, signal.SIGTERM)
+    except (OSError, ValueError):
+        return True
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 async def connect(configured: str = "", start: bool = True) -> aiodocker.Docker:

@@ -1,17 +1,17 @@
-"""The command line that starts one local job: cgroup entry, rlimits, uid drop, bubblewrap.
+"""What starts one local job: the slot spawner's command, and the job's setpriv+bubblewrap argv.
 
-Consumes a job's limits, its slot (uid, cgroup files), the environment tree and the fds the
-backend prepared; produces the argv of a tiny bash launcher that, as root,
+Consumes a job's limits, its slot (uid, cgroup files), the environment tree and its folder;
+produces
+- `spawner_argv`: a bash line that, as root, writes its own pid into every cgroup of the slot
+  and execs the slot's spawner (`sandbox/spawner.py`), so every job it starts is born in the
+  slot's cgroup (counted, limited, and killed as one);
+- `spawn_request`: what the spawner runs per job: rlimits (CPU time, file size, open files,
+  no core), the slot's unprivileged uid with no_new_privs, then bubblewrap: new user, pid, net, mount, ipc, uts and cgroup namespaces; the environment tree
+  read-only as `/`; the job folder read-only at `/work` (the working directory); size-capped
+  tmpfs at `/tmp` and `/dev/shm` as the only writable places; fd 3 the report channel and
+  fd 4 bubblewrap's JSON status.
 
-1. writes its own pid into every cgroup of the slot (so everything it starts is counted
-   and can be killed as one),
-2. moves the report pipe to fd 3 and sets rlimits (CPU time, file size, open files, no core),
-3. drops to the slot's unprivileged uid with no_new_privs (`setpriv`), and
-4. execs bubblewrap: new user, pid, net, mount, ipc, uts and cgroup namespaces; the
-   environment tree read-only as `/`; the job folder read-only at `/work` (the working
-   directory); size-capped tmpfs at `/tmp` and `/dev/shm` as the only writable places.
-
-Pure: it runs nothing. `sandbox.local` runs the argv and `sandbox.zygote` reuses `bwrap_args`.
+Pure: it runs nothing. `sandbox.local` runs these and `sandbox.zygote` reuses `job_env`.
 """
 
 from __future__ import annotations
@@ -24,10 +24,12 @@ from bus.messages import Limits
 from sandbox.envs import EnvSpec
 
 BWRAP = "/usr/bin/bwrap"
-SETPRIV = "/usr/bin/setpriv"
+HOST_PYTHON = "/usr/bin/python3"
+STATUS_FD = 4
+"Where bubblewrap's JSON status goes in the launched job (0-2 stdio, 3 the report)."
 WORK = "/work"
 LAUNCH_FAILED = 125
-"Exit code of the launcher when it could not set the sandbox up (bwrap's status tells apart)."
+"Exit code of the spawner's launcher when it could not join the slot cgroup."
 
 
 @dataclass(frozen=True)
@@ -64,22 +66,21 @@ def bwrap_args(rootfs: str, workdir: str, limits: Limits, env: dict[str, str],
     return args
 
 
-def rlimit_line(limits: Limits) -> str:
-    """bash `ulimit` for CPU seconds, file size (KiB), open files and core dumps."""
+def rlimits(limits: Limits) -> dict[str, int]:
+    """Per-process limits: CPU seconds, file size (bytes), open files, no core dumps."""
     cpu = max(1, math.ceil(limits.cpu_s))
-    return f"ulimit -t {cpu} -f {limits.disk_mb * 1024} -n {limits.nofile} -c 0"
+    return {"RLIMIT_CPU": cpu, "RLIMIT_FSIZE": limits.disk_mb * 1024 * 1024,
+            "RLIMIT_NOFILE": limits.nofile, "RLIMIT_CORE": 0}
 
 
-def launcher_argv(slot: Slot, limits: Limits, bwrap: list[str], command: list[str],
-                  report_fd: int) -> list[str]:
-    """argv of the bash launcher (see the module docstring)."""
+def spawn_request(slot: Slot, limits: Limits, bwrap: list[str], command: list[str]) -> dict:
+    """The spawner's request for one job (fds 0-4 are passed alongside); the spawner drops
+    to `uid` (groups cleared, no_new_privs) itself before it execs bubblewrap."""
+    return {"argv": bwrap + ["--", *command], "rlimits": rlimits(limits), "uid": slot.uid}
+
+
+def spawner_argv(slot: Slot, script: str, socket_fd: int, request_file: str) -> list[str]:
+    """bash line that joins the slot's cgroups, then becomes the slot's spawner."""
     joins = " && ".join(f"echo $$ > {shlex.quote(f)}" for f in slot.procs_files) or "true"
-    drop = [SETPRIV, f"--reuid={slot.uid}", f"--regid={slot.uid}", "--clear-groups",
-            "--no-new-privs"]
-    script = "\n".join([
-        f"{joins} || {{ echo 'whet-launch: cannot join the slot cgroup' >&2; exit {LAUNCH_FAILED}; }}",
-        f"exec 3>&{report_fd} {report_fd}>&-",
-        rlimit_line(limits) + f" || exit {LAUNCH_FAILED}",
-        "exec " + shlex.join(drop + bwrap + ["--", *command]),
-    ])
-    return ["/bin/bash", "-c", script, "whet-launch"]
+    run = shlex.join([HOST_PYTHON, "-I", "-S", script, str(socket_fd), request_file])
+    return ["/bin/bash", "-c", f"{joins} || exit {LAUNCH_FAILED}\nexec {run}", "whet-spawner"]

@@ -7,8 +7,10 @@ a deadline, then kills whatever is left through the cgroup (a `setsid` orphan in
 pid namespace dies with its first process, and `cgroup.kill` finishes the rest) and reads CPU
 seconds, peak memory and OOM kills from the cgroup.
 
-Python jobs take the warm path (`sandbox.zygote`) when `warm_python` is set and the job is
-`python3 ...`. It does NOT contain anything without cgroups and bubblewrap: `open` fails with
+Jobs of the python runtime start in sandboxes pre-forked by a zygote (`sandbox.zygote`,
+same isolation built with unshare) when `prefork` is set, and `python3 ...` commands run
+in-process there when `warm_python` is set; other runtimes use bubblewrap per job.
+It does NOT contain anything without cgroups and bubblewrap: `open` fails with
 a clear error instead.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -27,11 +30,12 @@ import structlog
 from bus.messages import ExecutionResult, Job
 from sandbox import cgroups, envs
 from sandbox.config import SandboxConfig
-from sandbox.launch import BWRAP, Slot, bwrap_args, job_env, launcher_argv
-from sandbox.outcome import (Observed, bad_job, nothing_to_run, result_of, safe_relative,
+from sandbox.launch import BWRAP, HOST_PYTHON, STATUS_FD, Slot, bwrap_args, job_env, spawn_request
+from sandbox.outcome import (Observed, bad_job, finished, nothing_to_run, safe_relative,
                              sandbox_failure, split_shell_code)
 from sandbox.pipes import CappedReader, close_quietly, read_all
 from sandbox.slots import SlotPool
+from sandbox.spawners import SlotSpawners
 
 log = structlog.get_logger("sandbox.local")
 DRAIN_S = 2.0
@@ -48,6 +52,13 @@ def _high_fd(fd: int) -> int:
 def pipe() -> tuple[int, int]:
     r, w = os.pipe2(os.O_CLOEXEC)
     return _high_fd(r), _high_fd(w)
+
+
+async def reap(cg: cgroups.SlotCgroup) -> bool:
+    """Kill whatever of a job is left in its slot (in a thread only when there is any)."""
+    if not cg.strays():
+        return True
+    return await anyio.to_thread.run_sync(cg.kill_all)
 
 
 def write_job_files(folder: Path, job: Job) -> str | None:
@@ -80,23 +91,24 @@ class LocalBackend:
         self.root = Path(tempfile.mkdtemp(prefix=f"{self.group}-", dir=config.workdir_root or None))
         self.root.chmod(0o755)
         cgroups.SlotCgroup.prepare_root(self.layout, self.group)
-        # With the warm path, two slots per concurrent job: one pre-forks while the other runs.
-        slots = slots * 2 if config.warm_python else slots
+        # Pre-forking: two slots per concurrent job, one gets its sandbox while the other runs.
+        slots = slots * 2 if config.prefork else slots
         self.cgroups = [cgroups.SlotCgroup(self.layout, self.group, i) for i in range(slots)]
         self.pool = SlotPool(slots)
+        self.spawners = SlotSpawners(self)
         self.warm = None
         log.info("sandbox.opened", backend=self.name, cgroups=self.layout.describe(),
                  slots=slots, uid_base=config.uid_base, root=str(self.root))
 
     @classmethod
     async def open(cls, config: SandboxConfig, slots: int) -> LocalBackend:
-        for tool in (BWRAP, "/usr/bin/setpriv", "/bin/bash"):
+        for tool in (BWRAP, "/bin/bash", HOST_PYTHON):
             if not os.access(tool, os.X_OK):
-                raise RuntimeError(f"local sandbox needs {tool} (apt-get install bubblewrap util-linux bash)")
+                raise RuntimeError(f"local sandbox needs {tool} (apt-get install bubblewrap bash python3)")
         if os.geteuid() != 0:
             raise RuntimeError("local sandbox needs root (cgroups and per-slot uids)")
         backend = cls(config, slots)
-        if config.warm_python:
+        if config.prefork:
             from sandbox.zygote import WarmPython
 
             backend.warm = WarmPython(backend)
@@ -131,7 +143,7 @@ class LocalBackend:
     async def _give_slot(self, index: int) -> None:
         with anyio.CancelScope(shield=True):
             cg = self.cgroups[index]
-            if not await anyio.to_thread.run_sync(cg.kill_all):
+            if not await reap(cg):
                 log.error("sandbox.slot_stuck", slot=index, pids=cg.pids())
                 self.pool.retire(index)
                 return
@@ -150,28 +162,34 @@ class LocalBackend:
         except OSError as exc:
             return sandbox_failure(self.name, f"cgroup set-up of slot {index}: {exc}")
         (out_r, out_w), (err_r, err_w), (rep_r, rep_w), (st_r, st_w) = (pipe() for _ in range(4))
+        bwrap = bwrap_args(str(envs.rootfs(env, self.config.envs_dir)), str(folder), job.limits,
+                           job_env(env), status_fd=STATUS_FD)
+        request = spawn_request(self.slot(index), job.limits, bwrap, job.command)
         stdin_path = self.root / f"slot{index}.stdin"
         stdin_path.write_bytes(job.stdin)
-        bwrap = bwrap_args(str(envs.rootfs(env, self.config.envs_dir)), str(folder), job.limits,
-                           job_env(env), status_fd=st_w)
-        argv = launcher_argv(self.slot(index), job.limits, bwrap, job.command, rep_w)
         try:
             with open(stdin_path, "rb") as stdin:
-                proc = await anyio.open_process(argv, stdin=stdin, stdout=out_w, stderr=err_w,
-                                                pass_fds=(rep_w, st_w), start_new_session=True)
-        except OSError as exc:
-            close_quietly(out_r, out_w, err_r, err_w, rep_r, rep_w, st_r, st_w)
+                await self.spawners.launch(index, request, [stdin.fileno(), out_w, err_w, rep_w, st_w])
+        except (OSError, RuntimeError) as exc:
+            close_quietly(out_r, err_r, rep_r, st_r)
             return sandbox_failure(self.name, f"launcher did not start: {exc}")
-        close_quietly(out_w, err_w, rep_w, st_w)
-        seen, readers = await self.watch(job, cg, started, (out_r, err_r, rep_r, st_r), proc.wait)
-        if b"child-pid" not in readers[3].data and not seen.timed_out:
-            detail = readers[1].text()[-2000:] or f"launcher exited {proc.returncode}"
+        finally:
+            close_quietly(out_w, err_w, rep_w, st_w)
+        seen, readers = await self.watch(job, cg, started, (out_r, err_r, rep_r, st_r))
+        status = readers[3].text()
+        if "child-pid" not in status and not seen.timed_out:
+            detail = readers[1].text()[-2000:] or "the launcher ended before the sandbox started"
             return sandbox_failure(self.name, f"sandbox did not start: {detail}", seen.wall_s)
-        code = proc.returncode
-        if code is not None and code >= 0:
-            seen.exit_code, seen.signal = split_shell_code(code)
-        elif code is not None:
-            seen.signal = -code
+        codes = re.findall(r'"exit-code"\s*:\s*(-?\d+)', status)
+        if codes:
+            seen.exit_code, seen.signal = split_shell_code(int(codes[-1]))
+        elif seen.timed_out or seen.output_limited or seen.oom:
+            seen.signal = 9  # we (or the OOM killer) ended it before bubblewrap could report
+        elif "bwrap: execvp" in seen.stderr:
+            seen.exit_code = 127  # the command does not exist: the job's fault, as in a shell
+        else:
+            return sandbox_failure(self.name, f"sandbox ended without a status: {seen.stderr[-2000:]}",
+                                   seen.wall_s)
         return self.finish(job, seen)
 
     async def watch(self, job: Job, cg: cgroups.SlotCgroup, started: float,
@@ -195,7 +213,7 @@ class LocalBackend:
                     await ended()
             seen.timed_out = deadline.cancelled_caught
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(cg.kill_all)
+                await reap(cg)
                 await ended()
                 await read_all(readers, DRAIN_S)
         finally:
@@ -203,20 +221,17 @@ class LocalBackend:
         seen.wall_s = time.monotonic() - started
         out, err, rep, _ = readers
         seen.cpu_s, seen.peak_memory_mb, seen.oom = cg.usage()
-        seen.stdout, seen.stderr, seen.report = out.text(), err.text(), rep.text()
-        seen.stdout_truncated, seen.stderr_truncated = out.overflowed, err.overflowed
+        seen.take_output(out, err, rep)
         return seen, readers
 
     def finish(self, job: Job, seen: Observed) -> ExecutionResult:
-        result = result_of(seen, job, self.name)
-        log.info("sandbox.finished", backend=self.name, status=result.status,
-                 exit_code=result.exit_code, wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
-        return result
+        return finished(seen, job, self.name)
 
     async def aclose(self) -> None:
         with anyio.CancelScope(shield=True):
             if self.warm is not None:
                 await self.warm.aclose()
+            await self.spawners.aclose()
             for cg in self.cgroups:
                 await anyio.to_thread.run_sync(cg.kill_all)
                 cg.remove()

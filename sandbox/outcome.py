@@ -12,7 +12,11 @@ from __future__ import annotations
 import signal as signals
 from dataclasses import dataclass
 
+import structlog
+
 from bus.messages import ExecutionResult, Job
+
+log = structlog.get_logger("sandbox")
 
 CPU_LIMIT_SIGNALS = (signals.SIGKILL, signals.SIGXCPU)
 
@@ -34,6 +38,11 @@ class Observed:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     report: str = ""
+
+    def take_output(self, out, err, report) -> None:
+        """Copy what the capped readers of stdout, stderr and the report channel kept."""
+        self.stdout, self.stderr, self.report = out.text(), err.text(), report.text()
+        self.stdout_truncated, self.stderr_truncated = out.overflowed, err.overflowed
 
 
 def status_of(seen: Observed, job: Job) -> str:
@@ -60,6 +69,14 @@ def result_of(seen: Observed, job: Job, backend: str) -> ExecutionResult:
         peak_memory_mb=round(seen.peak_memory_mb, 3), stdout=seen.stdout, stderr=seen.stderr,
         stdout_truncated=seen.stdout_truncated, stderr_truncated=seen.stderr_truncated,
         report=seen.report, backend=backend)
+
+
+def finished(seen: Observed, job: Job, backend: str) -> ExecutionResult:
+    """`result_of`, with the one log line per job every backend writes."""
+    result = result_of(seen, job, backend)
+    log.info("sandbox.finished", backend=backend, status=result.status, exit_code=result.exit_code,
+             wall_s=round(seen.wall_s, 3), cpu_s=round(seen.cpu_s, 3))
+    return result
 
 
 def split_shell_code(code: int) -> tuple[int | None, int | None]:

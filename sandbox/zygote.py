@@ -35,6 +35,8 @@ from sandbox.pipes import close_quietly
 log = structlog.get_logger("sandbox.zygote")
 SERVER = Path(__file__).with_name("zygote_server.py")
 PYTHONS = ("python3", "python", "/usr/bin/python3")
+FLAGS = ("-I", "-S", "-s", "-P", "-u", "-B", "-E")
+"Interpreter flags `zygote_server.emulate_flags` reproduces; any other goes the cold way."
 START_TIMEOUT_S = 60.0
 
 
@@ -47,13 +49,22 @@ class WarmPython:
         self.lock = anyio.Lock()
         self.prepared: dict[int, socket.socket] = {}
         "slot -> host end of the channel to that slot's waiting sandbox."
+        self.residents: dict[int, tuple[socket.socket, int]] = {}
+        "slot -> (channel to the slot's resident zygote process, its pid)."
 
     def accepts(self, job: Job) -> bool:
-        """Plain `python3 -c CODE`, `python3 -m MOD` or `python3 FILE.py` in the python runtime."""
+        """Any job of the python runtime (its tree is the zygote's)."""
+        return job.runtime == "python"
+
+    def in_process(self, job: Job) -> bool:
+        """`python3 [-I -S -s -P -u -B -E] (-c CODE | -m MOD | FILE.py) ...`, when warm_python."""
         cmd = job.command
-        if job.runtime != "python" or len(cmd) < 2 or cmd[0] not in PYTHONS:
+        if not self.backend.config.warm_python or len(cmd) < 2 or cmd[0] not in PYTHONS:
             return False
-        return cmd[1] in ("-c", "-m") and len(cmd) >= 3 or cmd[1].endswith(".py")
+        rest = cmd[1:]
+        while rest and rest[0] in FLAGS:
+            rest = rest[1:]
+        return bool(rest) and (rest[0] in ("-c", "-m") and len(rest) >= 2 or rest[0].endswith(".py"))
 
     async def _ensure_started(self) -> socket.socket:
         async with self.lock:
@@ -87,23 +98,53 @@ class WarmPython:
             log.info("sandbox.zygote_started", pid=self.proc.pid)
             return ours
 
+    async def _resident(self, index: int) -> socket.socket:
+        """The channel to slot `index`'s resident (forked from the zygote on first use)."""
+        if index in self.residents:
+            return self.residents[index][0]
+        sock = await self._ensure_started()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            sock.sendmsg([str(index).encode()],
+                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [theirs.fileno()]))])
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        with anyio.fail_after(START_TIMEOUT_S):
+            await anyio.wait_readable(ours)
+            hello = ours.recv(64).split()
+        if hello[:1] != [b"ready"]:
+            ours.close()
+            raise RuntimeError(f"slot {index}'s zygote resident did not start (said {hello!r})")
+        pid = int(hello[1])
+        self.backend.cgroups[index].keep.add(pid)
+        self.residents[index] = (ours, pid)
+        return ours
+
     async def prepare(self, index: int) -> None:
-        """Pre-fork slot `index`'s next sandbox (its slot cgroup must be empty)."""
+        """Pre-fork slot `index`'s next sandbox (nothing but residents may be in its cgroup)."""
         old = self.prepared.pop(index, None)
         if old is not None:
             old.close()
-        sock = await self._ensure_started()
+        channel = await self._resident(index)
         host, sandbox = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            sock.sendmsg([str(index).encode()],
-                         [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sandbox.fileno()]))])
+            channel.sendmsg([b"prep"],
+                            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [sandbox.fileno()]))])
         except OSError:
             host.close()
+            self._drop_resident(index)
             raise
         finally:
             sandbox.close()
         host.setblocking(False)
         self.prepared[index] = host
+
+    def _drop_resident(self, index: int) -> None:
+        held = self.residents.pop(index, None)
+        if held is not None:
+            held[0].close()
+            self.backend.cgroups[index].keep.discard(held[1])
 
     async def run(self, job: Job, index: int, folder: Path) -> ExecutionResult:
         backend = self.backend
@@ -162,6 +203,7 @@ class WarmPython:
         limits = job.limits
         request = {
             "uid": self.backend.config.uid_base + index, "argv": job.command,
+            "in_process": self.in_process(job),
             "env": job_env(self.env), "disk_bytes": limits.disk_mb * 1024 * 1024,
             "rlimits": {"RLIMIT_CPU": max(1, math.ceil(limits.cpu_s)),
                         "RLIMIT_FSIZE": limits.disk_mb * 1024 * 1024,
@@ -178,6 +220,8 @@ class WarmPython:
         for channel in self.prepared.values():
             channel.close()
         self.prepared.clear()
+        for index in list(self.residents):
+            self._drop_resident(index)
         if self.sock is not None:
             self.sock.close()
             self.sock = None

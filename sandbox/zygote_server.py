@@ -1,16 +1,22 @@
 """The warm Python zygote: runs inside the python environment tree, pre-forks one sandbox per slot.
 
-Consumes, on a unix SEQPACKET socket (argv[1] is its fd), "prep" messages: a slot index and
-one fd, the sandbox's end of a fresh channel to the host. For each it forks
+Consumes, on a unix SEQPACKET socket (argv[1] is its fd), one message per slot: the slot
+index and the slot's channel fd. For each it forks
 
-  A  which joins the slot cgroup, unshares pid/mount/net/ipc/uts namespaces, mounts fresh
+  S  the slot's resident: it joins the slot cgroup once (a cgroup join waits for an RCU grace
+     period under a global lock; children are born in their parent's cgroup for free), says
+     'ready <pid>' and then serves "prep" messages on the slot channel, each with one fd: the
+     sandbox's end of a fresh channel to the host. For each it forks
+
+  A  which unshares pid/mount/net/ipc/uts namespaces, mounts fresh
      tmpfs on /tmp and /dev/shm, binds the slot folder read-only at /work, then forks
   B  pid 1 of the new pid namespace: mounts its /proc, forks C, reaps, exits with C's status
      (the kernel then kills whatever is left, setsid orphans included), and
   C  which waits on the channel for the job: four fds (stdin, stdout, stderr, report) as
      SCM_RIGHTS. It reads the request file, resizes the tmpfs, hides the slot folders, the
      request and the cgroup tree, sets rlimits, drops to the slot uid with no_new_privs and no
-     capabilities, and runs `python3 -c/-m/script` in-process on the preloaded modules.
+     capabilities, and either runs `python3 [flags] -c/-m/script` in-process on the
+     preloaded modules (the warm path) or execs the command (a fresh process image).
 
 A writes 'ready' on the channel once the sandbox waits, then 'exit N' (N as a shell reports
 it: 128+signal) when B ended, or 'error ...'; the channel's EOF means A is gone. The zygote
@@ -66,10 +72,7 @@ def loopback_up():
         fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14s", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING, b""))
 
 
-def set_up_namespaces(slot, cgroup_procs):
-    for path in cgroup_procs:
-        with open(path, "w") as f:
-            f.write(str(os.getpid()))
+def set_up_namespaces(slot):
     _check(libc.unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS),
            "unshare")
     mount("none", "/", None, MS_REC | MS_PRIVATE)
@@ -118,13 +121,28 @@ def drop_privileges(req, fds):
     os.environ.update(req["env"])
 
 
-def run_python(argv):
-    """Run `python3 -c CODE | -m MOD | SCRIPT` in this process; never returns."""
-    import atexit
+FLAGS = ("-I", "-S", "-s", "-P", "-u", "-B", "-E")
+"Interpreter flags the warm path reproduces (the host side sends nothing else here)."
+
+
+def emulate_flags(flags, path0):
+    """Make this forked interpreter look as if started with `flags`: -I/-P keep the script's
+    folder off sys.path, -S takes site/dist-packages (and modules loaded from them) away."""
+    del sys.path[0]  # the zygote's own folder
+    if not ({"-I", "-P"} & set(flags)):
+        sys.path.insert(0, path0)
+    if "-S" in flags:
+        gone = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+        sys.path[:] = [p for p in sys.path if p not in gone]
+        for name, module in list(sys.modules.items()):
+            where = getattr(module, "__file__", None) or ""
+            if any(where.startswith(p) for p in gone):
+                del sys.modules[name]
+    sys.dont_write_bytecode = True
+
+
+def reopen_stdio():
     import io
-    import runpy
-    import traceback
-    import types
 
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
@@ -133,21 +151,38 @@ def run_python(argv):
                                   errors="backslashreplace", line_buffering=True, write_through=True)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_DFL if sig != signal.SIGPIPE else signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+
+def run_python(argv):
+    """Run `python3 [FLAGS] -c CODE | -m MOD | SCRIPT` in this process; never returns."""
+    import atexit
+    import runpy
+    import traceback
+    import types
+
+    reopen_stdio()
+    flags = [a for a in argv[1:] if a in FLAGS]
+    mode, target, rest = argv[1 + len(flags)], "", argv[2 + len(flags):]
     code = 0
     try:
-        mode, target, rest = argv[1], argv[2] if len(argv) > 2 else "", argv[3:]
         if mode == "-c":
-            sys.argv, sys.path[0] = ["-c", *rest], ""
+            target, rest = rest[0], rest[1:]
+            emulate_flags(flags, "")
+            sys.argv = ["-c", *rest]
             main = types.ModuleType("__main__")
             sys.modules["__main__"] = main
             exec(compile(target, "<string>", "exec"), main.__dict__)
         elif mode == "-m":
-            sys.argv, sys.path[0] = [target, *rest], os.getcwd()
+            target, rest = rest[0], rest[1:]
+            emulate_flags(flags, os.getcwd())
+            sys.argv = [target, *rest]
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.argv, sys.path[0] = argv[1:], os.path.dirname(os.path.abspath(mode))
+            emulate_flags(flags, os.path.dirname(os.path.abspath(mode)))
+            sys.argv = [mode, *rest]
             runpy.run_path(mode, run_name="__main__")
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -164,6 +199,17 @@ def run_python(argv):
         os._exit(code & 0xFF)
 
 
+def exec_command(argv):
+    """Become the job's command: a fresh process image, as under bubblewrap."""
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGINT):  # Python changed these
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        os.write(2, f"{argv[0]}: {exc.strerror}\n".encode())
+        os._exit(127 if exc.errno == 2 else 126)
+
+
 def supervise(child):
     """pid 1 of the job's namespace: reap everything, exit as `child` did."""
     while True:
@@ -177,12 +223,12 @@ def supervise(child):
             os._exit(os.WEXITSTATUS(status))
 
 
-def prepare(slot, channel_fd, cgroup_procs):
+def prepare(slot, channel_fd):
     """Process A: build the sandbox, fork B (pid 1), report readiness and how it ended."""
     channel = socket.socket(fileno=channel_fd)
     try:
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
-        set_up_namespaces(slot, cgroup_procs)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with its slot resident
+        set_up_namespaces(slot)
         b = os.fork()
         if b == 0:
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # and takes its namespace along
@@ -194,7 +240,9 @@ def prepare(slot, channel_fd, cgroup_procs):
                 except OSError:  # the host dropped this sandbox unused
                     os._exit(0)
                 drop_privileges(req, fds)
-                run_python(req["argv"])
+                if req["in_process"]:
+                    run_python(req["argv"])
+                exec_command(req["argv"])
             channel.close()
             supervise(c)
         tell(channel, "ready")
@@ -213,26 +261,58 @@ def tell(channel, line):
         pass  # the host is gone or gave up on this sandbox; the cgroup reaps us
 
 
+def receive_fd(sock):
+    """One message and the fd that came with it (None when the peer closed)."""
+    msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(4))
+    if not msg:
+        return None, None
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+    return msg, (fds[0] if fds else None)
+
+
+def resident(slot, channel_fd, cgroup_procs):
+    """Process S: join the slot cgroup once, then pre-fork a sandbox per "prep"."""
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+    channel = socket.socket(fileno=channel_fd)
+    for path in cgroup_procs:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    channel.send(f"ready {os.getpid()}".encode())
+    while True:
+        try:
+            msg, fd = receive_fd(channel)
+        except OSError:
+            os._exit(0)
+        if msg is None:
+            os._exit(0)
+        if fd is None:
+            continue
+        if os.fork() == 0:
+            channel.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            prepare(slot, fd)
+        os.close(fd)
+
+
 def serve(sock, cgroup_procs):
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the zygote never waits for its children
     while True:
         try:
-            msg, anc, _, _ = sock.recvmsg(16, socket.CMSG_SPACE(4))
+            msg, fd = receive_fd(sock)
         except InterruptedError:
             continue
-        if not msg:
+        if msg is None:
             return
-        fds = []
-        for level, kind, data in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds.extend(struct.unpack(f"{len(data) // 4}i", data[: len(data) - len(data) % 4]))
+        if fd is None:
+            continue
         slot = int(msg)
-        if fds and os.fork() == 0:
+        if os.fork() == 0:
             sock.close()
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            prepare(slot, fds[0], cgroup_procs[str(slot)])
-        for fd in fds:
-            os.close(fd)
+            resident(slot, fd, cgroup_procs[str(slot)])
+        os.close(fd)
 
 
 def main():

@@ -21,12 +21,14 @@ from sandbox.config import SandboxConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = {
+    "local-bwrap": SandboxConfig(backend="local", prefork=False, warm_python=False),
     "local": SandboxConfig(backend="local", warm_python=False),
     "warm": SandboxConfig(backend="local", warm_python=True),
     "docker": SandboxConfig(backend="docker", docker_warm_pool=0),
     "docker-warm": SandboxConfig(backend="docker", docker_warm_pool=2),
 }
-"Every isolating path: local cold, local warm (zygote), docker cold, docker warm pool."
+"""Every isolating path: bubblewrap per job, a pre-forked sandbox with a fresh exec, the
+command in-process in it (warm), a container per job, the docker warm pool."""
 
 
 @pytest.fixture(scope="session")
@@ -37,30 +39,38 @@ def built_envs() -> None:
             envbuild.build(spec)
 
 
-_engine_state: dict[str, str] = {}
+_ENGINE_UP = """
+import anyio
+from sandbox import engine, envs
+
+async def main():
+    was_up = await engine.answers(engine.engine_url())
+    docker = await engine.connect()
+    for spec in envs.SPECS.values():
+        await engine.ensure_image(docker, spec)
+    await docker.close()
+    print("already running" if was_up else "started")
+
+anyio.run(main)
+"""
 
 
 @pytest.fixture(scope="session")
-def docker_engine(built_envs) -> str:
-    """URL of a running Docker-API engine with the environment images imported."""
-    if "url" not in _engine_state and "error" not in _engine_state:
-        script = ("import anyio\nfrom sandbox import engine, envs\n"
-                  "async def main():\n    d = await engine.connect()\n"
-                  "    for s in envs.SPECS.values(): await engine.ensure_image(d, s)\n"
-                  "    await d.close()\nanyio.run(main)\n")
-        proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
-        if proc.returncode == 0:
-            from sandbox.engine import engine_url
+def docker_engine(built_envs):
+    """URL of a running Docker-API engine with the environment images imported. An engine
+    these tests started is stopped after them; one that was running is left alone."""
+    from sandbox import engine
 
-            _engine_state["url"] = engine_url()
-        else:
-            _engine_state["error"] = proc.stderr[-2000:]
-    if "error" in _engine_state:
+    proc = subprocess.run([sys.executable, "-c", _ENGINE_UP], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.returncode != 0:
+        error = proc.stderr[-2000:]
         if os.environ.get("CI"):
-            pytest.fail(f"the Docker engine must start in CI:\n{_engine_state['error']}")
-        pytest.skip(f"no Docker engine can start on this machine:\n{_engine_state['error']}")
-    return _engine_state["url"]
+            pytest.fail(f"the Docker engine must start in CI:\n{error}")
+        pytest.skip(f"no Docker engine can start on this machine:\n{error}")
+    yield engine.engine_url()
+    if proc.stdout.strip().endswith("started"):
+        engine.stop_private_dockerd()
 
 
 @pytest.fixture(params=list(BACKENDS))

@@ -27,6 +27,14 @@ def _attempt() -> m.Attempt:
                      turns=[turn], policy_version=3)
 
 
+def _executed_attempt() -> m.Attempt:
+    """An attempt whose turn records the execution result and the executor that ran it."""
+    attempt = _attempt()
+    turn = msgspec.structs.replace(attempt.turns[0], executor="executor-2",
+                                   execution=m.ExecutionResult(status="ok", exit_code=0))
+    return msgspec.structs.replace(attempt, turns=[turn])
+
+
 def samples() -> list[m.Message]:
     """One filled-in instance of every top-level message type."""
     req = m.ExecutionRequest(request_id="a.0/t0/r0", attempt=_attempt(),
@@ -52,6 +60,15 @@ def samples() -> list[m.Message]:
         m.EvaluatorState(last_round=2, history=[m.EvalPoint(
             version=2, pass_rates={"python": 0.5}, attempts={"python": 4}, overall=0.5,
             train_reward=0.25, complete=False)]),
+        m.Trial(trial_id="a.0", run_id="r", current_version=5,
+                verdict=m.Verdict(verdict_id="a.0", attempt=_executed_attempt(), outcome="pass",
+                                  reward=1.0, judge="judge-1")),
+        m.MetricsSnapshot(at=1.0, rates={"timeout_rate": 0.25}, staleness={"0": 3, "2": 1},
+                          reward=m.RewardStats(count=4, mean=0.5),
+                          pass_rates=[m.PassRate(purpose="train", domain="python",
+                                                 difficulty="0", passed=1, judged=2, rate=0.5)],
+                          queues=[m.QueueDepth(stream="S", consumer="c", pending=3)],
+                          heldout_pass_rate=0.4, alerts=["timeout_rate"]),
     ]
     assert {type(x) for x in out} == set(m.TOP_LEVEL), "a message type has no sample"
     return out

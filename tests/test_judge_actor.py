@@ -98,6 +98,12 @@ async def test_attempts_become_verdicts_with_every_field(bus, backend):
         assert abs(sum(v.components.values()) - v.reward) < 1e-5
     requested = {e["request_id"] for e in logs if e["event"] == "judge.requested"}
     assert requested == {"g1.0/t1/r0", "g1.1/t1/r0", "g1.3/t1/r0", "e1.0/t1/r0"}
+    for aid in ("g1.0", "g1.1", "g1.3", "e1.0"):  # executed: the trial record holds the run
+        turn = got[aid][1].attempt.turns[-1]
+        assert turn.execution is not None and turn.executor.startswith("test")
+        assert len(turn.execution.stdout) <= judge_actor.RECORDED_OUTPUT_CHARS
+    for aid in ("g1.2", "g2.0"):  # judged without running anything
+        assert got[aid][1].attempt.turns[-1].execution is None
     hacks = [e for e in logs if e["event"] == "judge.hack_suspected"]
     assert [h["attempt_id"] for h in hacks] == ["g1.3"] and "exit" in hacks[0]["evidence"]
     assert bus.stats.gauges["judge.verdicts"] == len(batch)

@@ -24,12 +24,13 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", ["local", "docker"])
+@pytest.mark.parametrize("name", ["local", "warm", "docker"])
 async def test_verdicts_are_the_same_on_every_isolating_backend(request, built_envs, name):  # noqa: F811
     """Pass, wrong answer, early exit, reading the harness and a spin, judged inside real isolation."""
     if name == "docker":
         request.getfixturevalue("docker_engine")
-    config = SandboxConfig(backend=name, warm_python=False, docker_warm_pool=0)
+    config = SandboxConfig(backend="local" if name == "warm" else name, warm_python=name == "warm",
+                           docker_warm_pool=0)
     backend = await open_backend(config, slots=2, run_id=f"judge-test-{os.getpid()}")
     task = humaneval()["HumanEval/53"]
     try:
@@ -41,5 +42,5 @@ async def test_verdicts_are_the_same_on_every_isolating_backend(request, built_e
             await backend.aclose()
     for j, (key, (_, outcome, cause)) in zip(judged, CASES.items()):
         assert (j.judgement.outcome, j.judgement.cause) == (outcome, cause), (key, j.judgement.evidence)
-        assert j.result.backend == name
+        assert j.result.backend == ("local" if name == "warm" else name)
     assert judged[0].judgement.reward == 1.0

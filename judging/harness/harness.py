@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -101,11 +102,11 @@ class Session:
                 return outcome
         return ch
 
-    def call(self, who: str, args: list) -> dict:
+    def call(self, who: str, args: list, cpu_s: float = 0.0, wall_s: float = 1e9) -> dict:
         ch = self.ready(who)
         if isinstance(ch, dict):
             return dict(ch)
-        outcome = self.outcome(who, self.ask(ch, {"op": "call", "args": args}))
+        outcome = self.outcome(who, self.ask(ch, {"op": "call", "args": args}, cpu_s, wall_s))
         if outcome["status"] not in ("ok", "error", "unencodable"):
             ch.close()  # it hung, exited or flooded: the next call gets a fresh worker
         if who == "candidate":
@@ -114,10 +115,11 @@ class Session:
                 self.calls.append(args)
         return outcome
 
-    def ask(self, ch: channel.Channel, request: dict | None, cpu_s: float = 0.0) -> channel.Reply:
+    def ask(self, ch: channel.Channel, request: dict | None, cpu_s: float = 0.0,
+            wall_s: float = 1e9) -> channel.Reply:
         """One request under a CPU budget (a call's, unless given), until the harness's deadline."""
-        return ch.ask(request, self.deadline - time.monotonic(), cpu_s or self.spec["call_cpu_s"],
-                      self.spec["call_timeout_s"])
+        return ch.ask(request, min(self.deadline - time.monotonic(), wall_s),
+                      cpu_s or self.spec["call_cpu_s"], min(self.spec["call_timeout_s"], wall_s))
 
     def outcome(self, who: str, r: channel.Reply) -> dict:
         """One call's result as a plain record: status, detail, value and measurements."""
@@ -150,6 +152,7 @@ class Session:
     def close(self) -> None:
         for ch in self.channels.values():
             ch.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)  # a plain backend's /tmp is shared
 
     # --- layers --------------------------------------------------------------------------
 
@@ -215,7 +218,7 @@ class Session:
             outcomes.append(outcome)
         return outcomes
 
-    def script(self, who: str, case: dict) -> dict:
+    def script(self, who: str, case: dict, cpu_s: float = 0.0, wall_s: float = 1e9) -> dict:
         cwd = tempfile.mkdtemp(prefix="case-", dir=self.scratch)
         for name, text in case.get("files", {}).items():
             path = os.path.join(cwd, name)
@@ -229,7 +232,7 @@ class Session:
         ch = self.channel(who, cwd=cwd, capture=True, stdin_path=stdin_path)
         outcome = self.outcome(who, self.ask(ch, None, self.spec["call_timeout_s"]))
         if outcome["status"] == "ok":
-            outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}))
+            outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}, cpu_s, wall_s))
         out, err, truncated = ch.output()
         ch.close()
         if outcome["status"] == "exit":
@@ -252,14 +255,17 @@ class Session:
             if given is None or not self.sources["reference"]:
                 self.test(test_id, "robustness", {"status": "invalid", "detail": "no input or no reference"})
                 continue
-            run = (lambda who: self.script(who, given)) if mode == "script" else (lambda who: self.call(who, given))
-            ref = run("reference")
-            if ref["status"] == "timeout" and ref.get("limit") == "wall":
+            run = self.script if mode == "script" else self.call
+            # The reference gets a short leash: a mutated input outside its preconditions
+            # (a base of 1, say) can make it loop, and that input is simply dropped.
+            quick = max(self.spec["call_cpu_s"] / 4, 0.05)
+            ref = run("reference", given, quick, quick * 8)
+            if ref["status"] == "timeout" and self.deadline - time.monotonic() <= 0.01:
                 raise BudgetSpent()  # the budget ran out: what is left is not run, not invalid
             if ref["status"] != "ok":
                 self.test(test_id, "robustness", {"status": "invalid", "detail": "reference: " + ref["detail"][:200]})
                 continue
-            outcome = run("candidate")
+            outcome = run("candidate", given)
             outcome["reference"] = ref.get("value", ref.get("stdout"))
             outcome["input"] = given
             self.test(test_id, "robustness", outcome)

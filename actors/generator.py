@@ -1,0 +1,137 @@
+"""The generator actor: policy samples for assignments and continuations.
+
+Consumes `TaskAssignment` (durable `generator` on whet.v1.tasks) and `Attempt`s to continue
+(durable `generator-turns` on whet.v1.turns; the last turn carries the judge's feedback);
+publishes one `Attempt` per sample on whet.v1.attempts with msg id
+'<attempt_id>/t<turn index>' (attempt_id '<assignment_id>.<index>'), so a redelivered input
+never yields a second stored attempt. Follows the policy version (`policy.follower`) and
+runs work only on weights at least as new as its `admitted_version`; reports the version
+it runs and its tokens/s in heartbeats.
+
+It does not judge, execute or decide whether an attempt continues (the judge does), and it
+does not choose what to sample (the sampler does).
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import msgspec
+import structlog
+
+from bus import subjects
+from bus.codec import pack_f32, pack_ids, unpack_ids
+from bus.consumer import Delivery, consume
+from bus.messages import Attempt, TaskAssignment, Turn
+from bus.nats_bus import Bus
+from policy.engine import Engine, RowSettings, Sample, SampleRequest, open_engine, room_left
+from policy.follower import WeightFollower
+
+log = structlog.get_logger("actors.generator")
+
+
+def turn_msg_id(attempt: Attempt) -> str:
+    """Message id of an attempt whose newest turn was just sampled."""
+    return f"{attempt.attempt_id}/t{len(attempt.turns) - 1}"
+
+
+def make_turn(prompt_ids: list[int], sample: Sample, instance: str) -> Turn:
+    """The `Turn` recording one sample and the context ids added before it."""
+    return Turn(prompt_ids=pack_ids(prompt_ids), completion_ids=pack_ids(sample.token_ids),
+                logprobs=pack_f32(sample.logprobs), completion=sample.text,
+                policy_version=sample.policy_version, generator=instance,
+                finish_reason=sample.finish_reason)
+
+
+def context_of(attempt: Attempt) -> list[int]:
+    """Every token of an attempt so far: each turn's added context, then its completion."""
+    ids: list[int] = []
+    for turn in attempt.turns:
+        ids.extend(unpack_ids(turn.prompt_ids).tolist())
+        ids.extend(unpack_ids(turn.completion_ids).tolist())
+    return ids
+
+
+class Generator:
+    """Turns work items into attempts with one engine."""
+
+    def __init__(self, bus: Bus, config, engine: Engine, follower: WeightFollower) -> None:
+        self.bus, self.config, self.engine, self.follower = bus, config, engine, follower
+        self.gen = config.generator
+        self.max_context = config.model.max_context
+
+    def _settings(self, purpose: str, context_len: int) -> RowSettings:
+        sampling = self.gen.eval_sampling if purpose == "eval" else self.gen.sampling
+        return RowSettings.of(sampling, room_left(context_len, self.max_context))
+
+    async def on_assignment(self, work: TaskAssignment, delivery: Delivery) -> None:
+        if work.group_size < 1:  # retried, then dead-lettered with this reason
+            raise ValueError(f"assignment {work.assignment_id}: group_size {work.group_size} < 1")
+        began = time.monotonic()
+        await self.follower.wait_for(work.admitted_version, self.gen.weights_wait_s)
+        prompt = self.engine.chat.prompt_ids(work.task.prompt)
+        samples = await self.engine.generate(
+            SampleRequest(prompt, work.group_size, self._settings(work.purpose, len(prompt))))
+        instance = self.bus.identity.instance
+        attempts = [
+            Attempt(attempt_id=f"{work.assignment_id}.{i}", group_id=work.assignment_id,
+                    index=i, group_size=work.group_size, task=work.task,
+                    turns=[make_turn(prompt, s, instance)], policy_version=s.policy_version,
+                    admitted_version=work.admitted_version, purpose=work.purpose)
+            for i, s in enumerate(samples)]
+        await self.bus.publish_many(subjects.ATTEMPTS, [(turn_msg_id(a), a) for a in attempts])
+        self._report()
+        log.info("generator.assignment_completed", assignment_id=work.assignment_id,
+                 attempts=len(attempts), policy_version=samples[0].policy_version,
+                 tokens=sum(len(s.token_ids) for s in samples),
+                 seconds=round(time.monotonic() - began, 3))
+
+    async def on_continuation(self, attempt: Attempt, delivery: Delivery) -> None:
+        if not attempt.turns or not attempt.turns[-1].feedback:
+            raise ValueError(f"continuation {attempt.attempt_id}: its last turn has no feedback")
+        last = attempt.turns[-1]
+        closed = last.finish_reason == "stop" and bool(
+            set(unpack_ids(last.completion_ids)[-1:].tolist()) & self.engine.chat.end_ids)
+        added = self.engine.chat.feedback_ids(last.feedback, closed)
+        context = context_of(attempt) + added
+        [sample] = await self.engine.generate(
+            SampleRequest(context, 1, self._settings(attempt.purpose, len(context))))
+        turns = [*attempt.turns, make_turn(added, sample, self.bus.identity.instance)]
+        follow = msgspec.structs.replace(attempt, turns=turns,
+                                         policy_version=min(t.policy_version for t in turns))
+        await self.bus.publish(subjects.ATTEMPTS, follow, msg_id=turn_msg_id(follow))
+        self._report()
+        log.info("generator.turn_completed", attempt_id=attempt.attempt_id, turn=len(turns) - 1,
+                 policy_version=sample.policy_version, tokens=len(sample.token_ids))
+
+    def _report(self) -> None:
+        self.bus.stats.policy_version = self.engine.version
+        self.bus.stats.gauges.update(self.engine.stats)
+
+
+async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    """Serve assignments and continuations until `bus.stopping` is set."""
+    engine = await anyio.to_thread.run_sync(open_engine, config.generator, config.model,
+                                            config.run.seed + _instance_salt(bus))
+    follower = WeightFollower(bus, engine)
+    generator = Generator(bus, config, engine, follower)
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        await tg.start(follower.run)
+        task_status.started()
+        limit = config.generator.max_in_flight
+        drain = config.supervisor.drain_s
+        async with anyio.create_task_group() as work:
+            work.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                                            generator.on_assignment, max_in_flight=limit,
+                                            drain_s=drain))
+            work.start_soon(lambda: consume(bus, subjects.CONSUMER_TURNS, Attempt,
+                                            generator.on_continuation, max_in_flight=limit,
+                                            drain_s=drain))
+        tg.cancel_scope.cancel()
+
+
+def _instance_salt(bus: Bus) -> int:
+    # Generators of one run must not draw identical samples from one seed.
+    return sum(ord(c) * 31 ** i for i, c in enumerate(bus.identity.instance)) % 1_000_003

@@ -1,0 +1,226 @@
+"""The learner actor: GRPO-style updates with DeepSpeed, then new weights for the generators.
+
+Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), holds each until the
+checkpoint that contains its update is written, then acks it. Groups (attempts sharing a
+`group_id`) are trained whole with group-relative advantages; dropped verdicts are never
+trained and count as missing members; samples older than `training.staleness` versions are
+rejected and counted. Publishes bf16 weights in the object store and the new
+`WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
+mode), prunes old versions, and saves DeepSpeed checkpoints whose client state records
+every consumed verdict id, so a restart resumes with optimizer state and never trains a
+sample twice. Logs `learner.step_completed` per batch.
+
+It does not sample, judge or choose tasks, and it never sees eval verdicts.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
+import anyio
+import structlog
+
+from bus import gauges, subjects
+from bus.consumer import Delivery, consume
+from bus.messages import Verdict
+from bus.nats_bus import Bus
+from policy.batch import Assembled, assemble, trajectory_problem
+from policy.groups import Group, GroupBuffer
+from policy.ledger import Ledger
+from policy.ranks import RankGroup
+from policy.publisher import Publisher
+from policy.versions import current_version, object_name
+
+log = structlog.get_logger("actors.learner")
+
+
+def checkpoint_dir(config, bus: Bus) -> Path:
+    """Where this run's learner checkpoints live."""
+    if config.learner.checkpoint_dir:
+        return Path(config.learner.checkpoint_dir)
+    if bus.identity.run_dir:
+        return Path(bus.identity.run_dir) / "checkpoints"
+    log.warning("learner.checkpoints_temporary", reason="no run directory")
+    return Path(tempfile.mkdtemp(prefix="whet-learner-"))
+
+
+class Learner:
+    def __init__(self, bus: Bus, config, ranks: RankGroup, resumed: dict) -> None:
+        self.bus, self.config, self.ranks = bus, config, ranks
+        self.lc = config.learner
+        self.resumed = resumed
+        self.version = int(resumed.get("version", 0))
+        self.step = int(resumed.get("step", 0))
+        self.samples = int(resumed.get("samples", 0))
+        self.ledger = Ledger.from_state(resumed)
+        self.publisher = Publisher(bus, self.lc.keep_versions)
+        self.object_name = str(resumed.get("object_name", ""))
+        "Object holding the weights of `version` ('' for the initial weights)."
+        self.unpublished = 0
+        self.unsaved: list[Delivery] = []
+        self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
+        self.duplicates = 0
+        self.idle_s = self.busy_s = 0.0
+        self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
+            self.held_limit)
+
+    @property
+    def held_limit(self) -> int:
+        """Verdicts held unacked at most: a batch per unsaved step, one being filled, slack."""
+        batch = self.config.training.batch_size
+        return batch * (self.lc.checkpoint_every + 2) + 4 * self.config.training.group_size
+
+    async def resume(self) -> None:
+        """Make the KV version match the weights held here, publishing them if it does not."""
+        kv = await current_version(self.bus)
+        if kv is not None and kv.version == self.version and kv.object_name == self.object_name:
+            self.publisher.adopt(kv)
+        elif kv is None and not self.resumed:
+            await self.publisher.publish(0, None, step=0, samples=0)
+        else:  # KV names other weights: publish ours (checkpoint, or initial) as a newer version
+            self.version = max(self.version, kv.version if kv else 0)
+            self.unpublished = 1 if self.resumed else 0
+            await self._publish(now=True)
+        self.bus.stats.policy_version = self.version
+        log.info("learner.resumed" if self.resumed else "learner.started_fresh",
+                 step=self.step, policy_version=self.version, samples=self.samples,
+                 checkpoint=self.resumed.get("checkpoint", ""),
+                 optimizer_steps=self.resumed.get("optimizer_steps", 0),
+                 consumed=len(self.ledger.verdicts))
+
+    async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
+        """Consumer handler: skip what was consumed before, hold the rest for a batch."""
+        if self.ledger.seen(verdict.verdict_id, verdict.attempt.group_id):
+            self.duplicates += 1
+            log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
+            return
+        problem = trajectory_problem(verdict.attempt, self.ranks.vocab_size)
+        if problem:  # retried, then dead-lettered by the consumer with this reason
+            raise ValueError(f"verdict {verdict.verdict_id}: {problem}")
+        delivery.defer()
+        await self.inbox.send((verdict, delivery))
+
+    async def loop(self) -> None:
+        """Gather verdicts into groups and train on each batch, until stopping."""
+        idle_since = time.monotonic()
+        while not self.bus.stopping.is_set():
+            groups = self.buffer.take_batch(time.time())
+            if groups:
+                self.idle_s += time.monotonic() - idle_since
+                await self.train_on(groups)
+                idle_since = time.monotonic()
+                continue
+            deadline = self.buffer.next_deadline()
+            wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.time()))
+            with anyio.move_on_after(wait):
+                self._hold(*await self.outbox.receive())
+                while True:
+                    try:
+                        self._hold(*self.outbox.receive_nowait())
+                    except anyio.WouldBlock:
+                        break
+
+    def _hold(self, verdict: Verdict, delivery: Delivery) -> None:
+        self.buffer.add(verdict, delivery, time.time())
+
+    async def train_on(self, groups: list[Group]) -> None:
+        """One learner step: assemble, update, publish, checkpoint on schedule."""
+        began = time.monotonic()
+        t = self.config.training
+        batch = assemble(groups, self.version, t.staleness, self.lc.scale_rewards,
+                         self.config.model.max_context, keep_no_signal=self.lc.kl_coef > 0)
+        metrics = await self.ranks.call("train", batch.samples) if batch.samples else {}
+        trained_at = time.time()
+        self.unpublished += bool(batch.samples)
+        self.step += 1
+        self.samples += len(batch.samples)
+        self.ledger.add(batch.consumed, [g.group_id for g in groups])
+        self.unsaved += [h for g in groups for h in g.handles()]
+        if t.mode == "sync" or self.unpublished >= self.lc.publish_every:
+            await self._publish()
+        if self.step % self.lc.checkpoint_every == 0:
+            await self.checkpoint()
+        self.busy_s += time.monotonic() - began
+        self._report(batch, metrics, len(groups), trained_at, time.monotonic() - began)
+
+    async def _publish(self, now: bool = False) -> None:
+        """Next version: the trained weights (copied, so training may go on while they
+        upload), or, if nothing was trained since, the same weights renumbered."""
+        self.version += 1
+        parts = await self.ranks.call("weights", True) if self.unpublished else None
+        if parts is not None:
+            self.object_name = object_name(self.version)
+        if now:
+            await self.publisher.publish(self.version, parts, step=self.step, samples=self.samples)
+        else:
+            await self.publisher.submit(self.version, parts, step=self.step, samples=self.samples)
+        self.unpublished = 0
+        self.bus.stats.policy_version = self.version
+
+    async def checkpoint(self) -> None:
+        """Save model, optimizer and bookkeeping; then ack every verdict the save covers."""
+        began = time.monotonic()
+        state = {"version": self.version, "step": self.step, "samples": self.samples,
+                 "object_name": self.object_name,
+                 **self.ledger.to_state()}
+        await self.ranks.call("save", f"step{self.step:08d}", state)
+        acked, self.unsaved = self.unsaved, []
+        for delivery in acked:
+            await delivery.ack()
+        log.info("learner.checkpoint_saved", step=self.step, policy_version=self.version,
+                 acked=len(acked), seconds=round(time.monotonic() - began, 3))
+
+    async def finish(self) -> None:
+        """On stop: finish uploads, save what is trained but unsaved, give back the rest."""
+        await self.publisher.close()
+        if self.unsaved:
+            await self.checkpoint()
+        for group in list(self.buffer.groups.values()):
+            for delivery in group.handles():
+                await delivery.nak()
+        self.buffer.groups.clear()
+
+    def _report(self, batch: Assembled, metrics: dict, groups: int, trained_at: float,
+                seconds: float) -> None:
+        rewards = batch.rewards
+        fields = dict(
+            step=self.step, policy_version=self.version, groups=groups,
+            samples=len(batch.samples), samples_total=self.samples,
+            mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
+            pass_rate=round(batch.passed / len(rewards), 4) if rewards else None,
+            staleness_mean=round(sum(batch.staleness) / len(batch.staleness), 3) if batch.staleness else None,
+            staleness_max=max(batch.staleness, default=None), stale_rejected=batch.stale,
+            dropped=batch.dropped, no_signal=batch.no_signal, duplicates=self.duplicates,
+            step_s=round(seconds, 3), trained_at=trained_at,
+            trained=[s.verdict_id for s in batch.samples],
+            idle_frac=round(self.idle_s / max(self.idle_s + self.busy_s, 1e-9), 4),
+            **{k: round(v, 6) for k, v in metrics.items()})
+        log.info("learner.step_completed", **fields)
+        self.bus.stats.processed = self.samples
+        self.bus.stats.gauges.update({k: float(v) for k, v in fields.items()
+                                      if isinstance(v, (int, float)) and k != "trained_at"})
+        self.bus.stats.gauges[gauges.LEARNER_STEP_TIME_S] = round(seconds, 3)
+
+
+async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
+    ranks = RankGroup(config, checkpoint_dir(config, bus))
+    try:
+        resumed = await ranks.start()
+        learner = Learner(bus, config, ranks, resumed)
+        await learner.resume()
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.publisher.run)
+            tg.start_soon(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
+                                  learner.on_verdict, max_in_flight=learner.held_limit,
+                                  drain_s=config.supervisor.drain_s))
+            task_status.started()
+            await learner.loop()
+            with anyio.CancelScope(shield=True):
+                await learner.finish()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await ranks.close()

@@ -1,0 +1,164 @@
+"""The monitor actor: run health for `whet status` and Prometheus, alerts, and the trial record.
+
+Consumes
+- `Verdict` from its own durables on `whet.v1.verdicts.train` and `.eval`
+  (`subjects.CONSUMER_MONITOR_TRAIN` / `_EVAL`), so it never takes work from the learner;
+- the policy pointer (KV whet-policy `current`), for version lag;
+- heartbeats (KV whet-actors), for the gauges of `bus.gauges.THROUGHPUT`;
+- stream and consumer state, for queue depths and redeliveries;
+- the evaluator's `evaluator.evaluated` events from the events stream. Fields read:
+  `overall` (float, held-out pass rate over every held-out attempt of the round; required),
+  `version` (int, the policy version evaluated) and `complete` (bool; a round marked
+  incomplete is skipped). Other fields are ignored.
+
+Publishes
+- a `Trial` per verdict on `whet.v1.trials.<run>.<trial>` (msg id from the verdict id, and
+  one record per subject, so a redelivered verdict is recorded once);
+- a `MetricsSnapshot` every `monitor.snapshot_s` in KV whet-run `monitor.metrics`;
+- `monitor.alert_raised` / `monitor.alert_cleared` events (see `monitoring.alerts`);
+- `GET /metrics` on `monitor.prometheus_port`.
+
+It runs as a single instance (a second one would split the verdicts between them). Its
+windows start empty after a restart. It does NOT judge, train or change anything it watches.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+
+import anyio
+import anyio.abc
+import structlog
+
+from bus import subjects
+from bus.consumer import Delivery, consume
+from bus.messages import Event, Heartbeat, MetricsSnapshot, Verdict, WeightVersion
+from bus.nats_bus import Bus
+from monitoring import metrics, prometheus, trials
+from monitoring.alerts import AlertBook, HeldoutSeries, check_alerts
+from monitoring.config import MonitorConfig
+from monitoring.snapshot import Window, build_snapshot
+from runtime.config import RunConfig
+
+log = structlog.get_logger("monitor")
+_EVALUATED = "evaluator.evaluated"
+
+
+class Monitor:
+    def __init__(self, bus: Bus, cfg: MonitorConfig) -> None:
+        self.bus, self.cfg = bus, cfg
+        self.points: deque[metrics.VerdictPoint] = deque(maxlen=cfg.max_points)
+        self.outcomes: Counter[str] = Counter()
+        self.policy_version = -1
+        self.heldout = HeldoutSeries()
+        self.book = AlertBook(cfg.cooldown_s)
+        self.latest: MetricsSnapshot | None = None
+
+    async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
+        now = time.time()
+        run_id = self.bus.identity.run_id
+        trial = trials.trial_of(verdict, run_id=run_id, current_version=self.policy_version,
+                                recorder=self.bus.identity.instance, now=now)
+        await self.bus.publish(subjects.trial_subject(run_id, trial.trial_id), trial,
+                               msg_id=f"trial.{run_id}.{trial.trial_id}")
+        self.points.append(metrics.point_of(verdict, self.policy_version, now))
+        self.outcomes[f"{verdict.attempt.purpose}.{verdict.outcome}"] += 1
+        log.info("monitor.trial_recorded", trial_id=trial.trial_id, outcome=verdict.outcome,
+                 reward=verdict.reward, cause=verdict.cause)
+
+    async def follow_policy(self) -> None:
+        while True:
+            try:
+                async for version in self.bus.kv_watch(subjects.BUCKET_POLICY,
+                                                       subjects.KEY_POLICY, WeightVersion):
+                    self.policy_version = version.version
+            except Exception as exc:  # noqa: BLE001 - a restarted server ends the watch: renew it
+                log.warning("monitor.policy_watch_failed", error=repr(exc))
+                await anyio.sleep(1.0)
+
+    async def follow_evaluator(self) -> None:
+        while True:
+            try:
+                async for _, event, _ in self.bus.replay(
+                        subjects.STREAM_EVENTS, subjects.event_filter("evaluator"), Event):
+                    if event is not None and event.event == _EVALUATED:
+                        self.take_evaluation(event)
+            except Exception as exc:  # noqa: BLE001 - a restarted server drops the replay: renew it
+                log.warning("monitor.events_follow_failed", error=repr(exc))
+                await anyio.sleep(1.0)
+
+    def take_evaluation(self, event: Event) -> None:
+        overall = event.fields.get("overall")
+        if not isinstance(overall, (int, float)) or event.fields.get("complete") is False:
+            return
+        version = event.fields.get("version")
+        self.heldout.add(event.ts, version if isinstance(version, int) else -1, float(overall))
+
+    async def snapshot(self) -> MetricsSnapshot:
+        """Compute a snapshot, raise or clear alerts, and publish it to KV."""
+        now = time.time()
+        # Points and counts are read together, before any await lets more verdicts in.
+        window = Window(*metrics.split_windows(list(self.points), now, self.cfg.window_s))
+        outcomes = dict(self.outcomes)
+        beats = list((await self.bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)).values())
+        states = await self.bus.stream_states(
+            [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
+             subjects.STREAM_EXEC, subjects.STREAM_EXEC_DONE, subjects.STREAM_VERDICTS,
+             subjects.STREAM_DLQ])
+        rates = metrics.rates(window.current)
+        for change in check_alerts(self.book, self.cfg, now, rates=rates,
+                                   verdicts=len(window.current),
+                                   reward_delta=window.reward_delta,
+                                   rewards_counted=window.rewards_counted,
+                                   heldout_delta=self.heldout.delta(now, self.cfg.window_s)):
+            emit = log.warning if change.change == "raised" else log.info
+            emit(f"monitor.alert_{change.change}", alert=change.name, value=change.value,
+                 window_s=self.cfg.window_s, **change.detail)
+        snap = build_snapshot(window, self.cfg, now, monitor=self.bus.identity.instance,
+                              outcomes_total=outcomes, beats=beats, states=states,
+                              heldout=self.heldout, alerts=sorted(self.book.active))
+        await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_METRICS, snap)
+        self.latest = snap
+        return snap
+
+    async def snapshot_every(self, interval_s: float) -> None:
+        while True:
+            try:
+                await self.snapshot()
+            except Exception as exc:  # noqa: BLE001 - the next snapshot may succeed
+                log.warning("monitor.snapshot_failed", error=repr(exc))
+            await anyio.sleep(interval_s)
+
+
+async def start_prometheus(tg: anyio.abc.TaskGroup, monitor: Monitor, cfg: MonitorConfig) -> None:
+    try:
+        listener = await prometheus.open_listener(cfg.prometheus_host, cfg.prometheus_port)
+    except OSError as exc:
+        # A busy port must not stop the trial record: say so and carry on without it.
+        log.error("monitor.metrics_unavailable", host=cfg.prometheus_host,
+                  port=cfg.prometheus_port, error=str(exc))
+        return
+    log.info("monitor.metrics_served", host=cfg.prometheus_host,
+             port=prometheus.bound_port(listener))
+    tg.start_soon(prometheus.serve_metrics, listener, prometheus.registry_for(lambda: monitor.latest))
+
+
+async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    cfg = config.monitor
+    monitor = Monitor(bus, cfg)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(monitor.follow_policy)
+        tg.start_soon(monitor.follow_evaluator)
+        tg.start_soon(monitor.snapshot_every, cfg.snapshot_s)
+        if cfg.prometheus_port:
+            await start_prometheus(tg, monitor, cfg)
+        task_status.started()
+        async with anyio.create_task_group() as consumers:
+            for spec in (subjects.CONSUMER_MONITOR_TRAIN, subjects.CONSUMER_MONITOR_EVAL):
+                consumers.start_soon(lambda s=spec: consume(
+                    bus, s, Verdict, monitor.on_verdict, max_in_flight=64,
+                    drain_s=config.supervisor.drain_s))
+        with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            await monitor.snapshot()
+        tg.cancel_scope.cancel()

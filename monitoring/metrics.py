@@ -1,0 +1,151 @@
+"""Run-health metrics computed from verdicts: pure functions over `VerdictPoint` values.
+
+Consumes verdicts (reduced to points: when, purpose, outcome, cause, reward, domain,
+difficulty, version lag); produces rates, reward summaries, drift, pass rates and the
+staleness histogram. No I/O, no clocks: callers pass `now`.
+
+Definitions (documented once, here):
+- infrastructure failure: outcome 'dropped', or a cause under 'infra.' (the judge drops
+  what infrastructure broke, so both say the same; either counts);
+- timeout: a cause whose last part is 'timeout' ('model.timeout');
+- execution success: neither of those: the job ran and ended on its own;
+- hack: outcome 'hack';
+- pass rates count 'pass' over judged verdicts (dropped ones left out), per purpose;
+- rewards and drift use training verdicts only (the reward the learner sees);
+- version lag: the policy version current when the verdict was recorded minus the
+  attempt's (oldest turn's) version.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from bus.messages import PassRate, RewardStats, Verdict
+
+
+@dataclass(frozen=True)
+class VerdictPoint:
+    """What the metrics need of one verdict."""
+
+    at: float
+    purpose: str
+    outcome: str
+    cause: str = ""
+    reward: float | None = None
+    domain: str = ""
+    difficulty: float = 0.0
+    lag: int | None = None
+
+
+def point_of(verdict: Verdict, current_version: int, now: float) -> VerdictPoint:
+    """Reduce a verdict; `current_version` is the latest published policy (-1: none yet)."""
+    attempt = verdict.attempt
+    lag = max(0, current_version - attempt.policy_version) if current_version >= 0 else None
+    return VerdictPoint(at=verdict.judged_at or now, purpose=attempt.purpose,
+                        outcome=verdict.outcome, cause=verdict.cause, reward=verdict.reward,
+                        domain=attempt.task.domain, difficulty=attempt.task.difficulty, lag=lag)
+
+
+def is_infra(p: VerdictPoint) -> bool:
+    return p.outcome == "dropped" or p.cause.startswith("infra.")
+
+
+def is_timeout(p: VerdictPoint) -> bool:
+    return p.cause.rsplit(".", 1)[-1] == "timeout"
+
+
+def split_windows(points: list[VerdictPoint], now: float,
+                  window_s: float) -> tuple[list[VerdictPoint], list[VerdictPoint]]:
+    """(previous window, current window): (now-2w, now-w] and (now-w, now]."""
+    previous = [p for p in points if now - 2 * window_s < p.at <= now - window_s]
+    current = [p for p in points if now - window_s < p.at <= now]
+    return previous, current
+
+
+def _share(count: int, total: int) -> float:
+    return count / total if total else 0.0
+
+
+def rates(points: list[VerdictPoint]) -> dict[str, float]:
+    """Execution, timeout, infrastructure and hack rates over all points; pass rates per
+    purpose. Rates of an empty set are left out rather than reported as 0."""
+    out: dict[str, float] = {}
+    if points:
+        n = len(points)
+        infra = sum(is_infra(p) for p in points)
+        timeouts = sum(is_timeout(p) for p in points)
+        clean = sum(not is_infra(p) and not is_timeout(p) for p in points)
+        out.update(execution_success_rate=clean / n, timeout_rate=timeouts / n,
+                   infra_failure_rate=infra / n,
+                   hack_rate=_share(sum(p.outcome == "hack" for p in points), n))
+    for purpose in ("train", "eval"):
+        judged = [p for p in points if p.purpose == purpose and p.outcome != "dropped"]
+        if judged:
+            out[f"{purpose}_pass_rate"] = _share(sum(p.outcome == "pass" for p in judged),
+                                                 len(judged))
+    return out
+
+
+def training_rewards(points: list[VerdictPoint]) -> list[float]:
+    return [p.reward for p in points if p.purpose == "train" and p.reward is not None]
+
+
+def reward_stats(values: list[float]) -> RewardStats:
+    """Count, mean, spread and percentiles of `values`."""
+    if not values:
+        return RewardStats()
+    a = np.asarray(values, dtype=np.float64)
+    p10, p50, p90 = np.percentile(a, [10, 50, 90])
+    return RewardStats(count=len(values), mean=float(a.mean()), std=float(a.std()),
+                       p10=float(p10), p50=float(p50), p90=float(p90),
+                       min=float(a.min()), max=float(a.max()))
+
+
+def ks_distance(a: list[float], b: list[float]) -> float:
+    """Two-sample Kolmogorov-Smirnov distance: the largest gap between the empirical CDFs."""
+    if not a or not b:
+        return 0.0
+    x, y = np.sort(np.asarray(a, float)), np.sort(np.asarray(b, float))
+    grid = np.concatenate([x, y])
+    cdf_x = np.searchsorted(x, grid, side="right") / len(x)
+    cdf_y = np.searchsorted(y, grid, side="right") / len(y)
+    return float(np.max(np.abs(cdf_x - cdf_y)))
+
+
+def reward_drift(previous: list[float], current: list[float]) -> dict[str, float]:
+    """How the reward distribution moved between two windows; empty if either is empty."""
+    if not previous or not current:
+        return {}
+    return {"mean_delta": float(np.mean(current) - np.mean(previous)),
+            "ks": ks_distance(previous, current)}
+
+
+def difficulty_bucket(difficulty: float, step: float) -> str:
+    """Lower bound of the bucket `difficulty` falls in, as text ('0', '1.5')."""
+    return f"{math.floor(difficulty / step) * step:g}"
+
+
+def pass_rates(points: list[VerdictPoint], step: float) -> list[PassRate]:
+    """Pass rate by purpose, domain and difficulty bucket, sorted; dropped verdicts left out."""
+    cells: dict[tuple[str, str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for p in points:
+        if p.outcome == "dropped":
+            continue
+        cell = cells[(p.purpose, p.domain, difficulty_bucket(p.difficulty, step))]
+        cell[0] += p.outcome == "pass"
+        cell[1] += 1
+    return [PassRate(purpose=k[0], domain=k[1], difficulty=k[2], passed=v[0], judged=v[1],
+                     rate=v[0] / v[1]) for k, v in sorted(cells.items())]
+
+
+def staleness_histogram(points: list[VerdictPoint], cap: int) -> dict[str, int]:
+    """Verdict count by version lag; lags at or past `cap` share the bucket '<cap>+'."""
+    counts: Counter[str] = Counter()
+    for p in points:
+        if p.lag is not None:
+            counts[str(p.lag) if p.lag < cap else f"{cap}+"] += 1
+    return dict(sorted(counts.items(), key=lambda kv: int(kv[0].rstrip("+"))))

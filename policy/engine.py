@@ -1,0 +1,199 @@
+"""The generation engine interface, and the batching loop the CPU engines share.
+
+Consumes sample requests (a context of token ids, how many samples, how to sample) and
+weight versions; produces `Sample`s stamped with the policy version that made them. Engines:
+
+- `torch`  (policy.torch_engine): transformers, CPU or GPU, batched here;
+- `vllm`   (policy.vllm_engine): vLLM's own continuous batching (GPU, `gpu` extra);
+- `fake`   (policy.fake_engine): uniform logits over a tiny vocabulary, for tests.
+
+`open_engine` picks one from config and imports only what that engine needs. This module
+imports no torch. Weights arrive as safetensors bytes (or None: the model's own version-0
+weights) and are swapped only between batches: a batch never mixes versions.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import anyio.abc
+import structlog
+
+from policy.chat import ChatFormat
+from policy.config import SamplingConfig
+
+log = structlog.get_logger("policy.engine")
+
+
+@dataclass(frozen=True)
+class RowSettings:
+    """How one sequence is sampled."""
+
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    stop: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, cfg: SamplingConfig, room: int | None = None) -> "RowSettings":
+        """Settings from config, with max_new_tokens cut to the `room` left in the context."""
+        most = cfg.max_new_tokens if room is None else max(1, min(cfg.max_new_tokens, room))
+        return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop))
+
+
+@dataclass(frozen=True)
+class SampleRequest:
+    """Sample `n` independent completions of `context`."""
+
+    context: list[int]
+    n: int
+    settings: RowSettings
+
+
+@dataclass
+class Sample:
+    """One sampled completion."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    policy_version: int
+
+
+class Engine(abc.ABC):
+    """A policy that samples. Run `serve` in a task group; then `generate` and `load_weights`."""
+
+    chat: ChatFormat
+    version: int = 0
+    "Policy version of the weights running now."
+
+    @abc.abstractmethod
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled."""
+
+    @abc.abstractmethod
+    async def generate(self, request: SampleRequest) -> list[Sample]:
+        """The `n` samples of `request`, once sampled."""
+
+    @abc.abstractmethod
+    async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
+        """Run `version` (safetensors bytes, or None for the version-0 weights) from the
+        next batch on; returns once it runs."""
+
+    @property
+    def stats(self) -> dict[str, float]:
+        """Gauges for the heartbeat."""
+        return {}
+
+
+@dataclass
+class _Pending:
+    request: SampleRequest
+    done: anyio.Event = field(default_factory=anyio.Event)
+    samples: list[Sample] = field(default_factory=list)
+    error: BaseException | None = None
+
+
+class BatchingEngine(Engine):
+    """Collects requests into batches of at most `max_batch` rows and runs each batch in a
+    worker thread; weights are swapped under the same lock, so never inside a batch."""
+
+    def __init__(self, chat: ChatFormat, max_batch: int, max_waiting: int) -> None:
+        self.chat = chat
+        self.max_batch = max_batch
+        self._send, self._receive = anyio.create_memory_object_stream[_Pending](max_waiting)
+        self._lock = anyio.Lock()
+        self._tokens = 0
+        self._busy_s = 0.0
+
+    @abc.abstractmethod
+    def run_rows(self, contexts: list[list[int]], settings: list[RowSettings]) -> list[Any]:
+        """Sample one completion per context (blocking); returns `policy.sampling.RowResult`s."""
+
+    @abc.abstractmethod
+    def apply_weights(self, blob: bytes | bytearray | None) -> None:
+        """Install weights (blocking); called with no batch running."""
+
+    async def generate(self, request: SampleRequest) -> list[Sample]:
+        pending = _Pending(request)
+        await self._send.send(pending)
+        await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.samples
+
+    async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
+        async with self._lock:
+            await anyio.to_thread.run_sync(self.apply_weights, blob)
+            self.version = version
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async with self._receive:
+            while True:
+                batch = [await self._receive.receive()]
+                with anyio.move_on_after(0.02):  # let requests that arrive together share a batch
+                    while sum(p.request.n for p in batch) < self.max_batch:
+                        batch.append(await self._receive.receive())
+                async with self._lock:
+                    await self._run(batch)
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        rows = [(p, i) for p in batch for i in range(p.request.n)]
+        version = self.version
+        try:
+            for start in range(0, len(rows), self.max_batch):
+                chunk = rows[start:start + self.max_batch]
+                began = anyio.current_time()
+                results = await anyio.to_thread.run_sync(
+                    self.run_rows, [p.request.context for p, _ in chunk],
+                    [p.request.settings for p, _ in chunk])
+                self._account(results, anyio.current_time() - began, version)
+                for (pending, _), r in zip(chunk, results):
+                    pending.samples.append(Sample(r.token_ids, r.logprobs, r.text,
+                                                  r.finish_reason, version))
+        except Exception as exc:  # noqa: BLE001 - handed to each waiting caller
+            for pending in batch:
+                pending.error = exc
+        finally:
+            for pending in batch:
+                pending.done.set()
+
+    def _account(self, results: list[Any], seconds: float, version: int) -> None:
+        tokens = sum(len(r.token_ids) for r in results)
+        self._tokens += tokens
+        self._busy_s += seconds
+        log.info("generator.batch_completed", sequences=len(results), tokens=tokens,
+                 seconds=round(seconds, 3), tokens_per_s=round(tokens / max(seconds, 1e-9), 1),
+                 policy_version=version)
+
+    @property
+    def stats(self) -> dict[str, float]:
+        rate = self._tokens / self._busy_s if self._busy_s else 0.0
+        return {"tokens": float(self._tokens), "tokens_per_s": round(rate, 1)}
+
+
+def room_left(context_len: int, max_context: int) -> int:
+    """Tokens a completion may still add to a context of `context_len`."""
+    return max(0, max_context - context_len)
+
+
+def open_engine(generator_cfg: Any, model_cfg: Any, seed: int) -> Engine:
+    """The engine named by `generator_cfg.engine`, with its version-0 weights loaded."""
+    kind = generator_cfg.engine
+    if kind == "fake":
+        from policy.fake_engine import FakeEngine
+
+        return FakeEngine(generator_cfg, seed)
+    if kind == "torch":
+        from policy.torch_engine import TorchEngine
+
+        return TorchEngine(generator_cfg, model_cfg, seed)
+    from policy.vllm_engine import VllmEngine
+
+    return VllmEngine(generator_cfg, model_cfg, seed)
+

@@ -1,0 +1,89 @@
+"""Verdicts gathered into GRPO groups, and groups into learner batches.
+
+Consumes verdicts (with an opaque handle each, the message delivery) as they arrive;
+produces batches of whole groups. A group is ready once all `group_size` members arrived
+(dropped verdicts count as arrived; they are missing only from the advantage) or once it
+has waited `timeout_s` since its first member. A batch is taken when ready groups hold at
+least `batch_size` members, or when the oldest ready group has waited `timeout_s` (so the
+tail of a run is not held forever). Groups stay whole: never split across batches.
+
+Pure bookkeeping: it does no I/O and computes no advantages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bus.messages import Verdict
+
+
+@dataclass
+class Group:
+    """The members of one group that arrived so far."""
+
+    group_id: str
+    size: int
+    first_at: float
+    members: dict[str, tuple[Verdict, Any]] = field(default_factory=dict)
+    "verdict id -> (verdict, handle)."
+    extra_handles: list[Any] = field(default_factory=list)
+    "Handles of repeated deliveries of a member already here; settled with the group."
+
+    @property
+    def complete(self) -> bool:
+        return len(self.members) >= self.size
+
+    def handles(self) -> list[Any]:
+        return [h for _, h in self.members.values()] + self.extra_handles
+
+
+class GroupBuffer:
+    def __init__(self, batch_size: int, timeout_s: float) -> None:
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self.groups: dict[str, Group] = {}
+
+    def add(self, verdict: Verdict, handle: Any, now: float) -> None:
+        """Hold `verdict` in its group."""
+        attempt = verdict.attempt
+        group = self.groups.get(attempt.group_id)
+        if group is None:
+            group = Group(attempt.group_id, max(1, attempt.group_size), now)
+            self.groups[attempt.group_id] = group
+        if verdict.verdict_id in group.members:
+            group.extra_handles.append(handle)
+        else:
+            group.members[verdict.verdict_id] = (verdict, handle)
+
+    def held(self) -> int:
+        """Members held in all groups."""
+        return sum(len(g.members) for g in self.groups.values())
+
+    def _ready(self, now: float) -> list[Group]:
+        ready = [g for g in self.groups.values()
+                 if g.complete or now - g.first_at >= self.timeout_s]
+        return sorted(ready, key=lambda g: g.first_at)
+
+    def take_batch(self, now: float) -> list[Group] | None:
+        """Whole ready groups holding at least `batch_size` members (oldest first), or None."""
+        ready = self._ready(now)
+        if not ready:
+            return None
+        members = sum(len(g.members) for g in ready)
+        if members < self.batch_size and now - ready[0].first_at < self.timeout_s:
+            return None
+        batch, count = [], 0
+        for group in ready:
+            if count >= self.batch_size:
+                break
+            batch.append(group)
+            count += len(group.members)
+            del self.groups[group.group_id]
+        return batch
+
+    def next_deadline(self) -> float | None:
+        """When the oldest held group times out, if any group is held."""
+        if not self.groups:
+            return None
+        return min(g.first_at for g in self.groups.values()) + self.timeout_s

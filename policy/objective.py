@@ -1,0 +1,92 @@
+"""The RL objective as pure functions: group-relative advantages, importance weights, the
+clipped surrogate, and the KL penalty.
+
+Consumes rewards of one group, or per-token log-probabilities under the current, proximal,
+behaviour and reference policies; produces advantages, weights and per-token losses.
+Nothing here knows about models, batches or the bus, so tests check each against numbers
+worked out by hand.
+
+Policies, per token:
+- behaviour (`behav`): the weights that sampled it, carried in the sample;
+- proximal (`prox`): the learner's weights when this batch's update began (detached);
+- current (`logp`): the weights being optimised.
+
+Corrections (`mode`):
+- "truncated": surrogate clipped against prox, weighted by min(prox/behav, cap)
+  (truncated importance sampling);
+- "decoupled": surrogate clipped against prox, weighted by prox/behav, tokens whose weight
+  exceeds `cap` masked out (decoupled PPO);
+- "none": surrogate clipped against behav, no weight (plain off-policy PPO).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Sequence
+
+import torch
+
+Correction = Literal["truncated", "decoupled", "none"]
+
+
+def group_advantages(rewards: Sequence[float | None], scale: bool = True,
+                     eps: float = 1e-6) -> list[float | None]:
+    """(r - mean) / std over the group's present rewards (population std); None stays None.
+
+    A group with fewer than two present rewards, or all equal, has zero advantages.
+    """
+    present = [r for r in rewards if r is not None]
+    if len(present) < 2:
+        return [None if r is None else 0.0 for r in rewards]
+    mean = sum(present) / len(present)
+    std = math.sqrt(sum((r - mean) ** 2 for r in present) / len(present))
+    if std < eps:
+        return [None if r is None else 0.0 for r in rewards]
+    div = std + eps if scale else 1.0
+    return [None if r is None else (r - mean) / div for r in rewards]
+
+
+def importance_weights(prox: torch.Tensor, behav: torch.Tensor, mode: Correction,
+                       cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token (weight, keep): the off-policy weight pi_prox/pi_behav and which tokens count."""
+    ones = torch.ones_like(prox)
+    if mode == "none":
+        return ones, ones
+    weight = torch.exp(prox - behav)
+    if mode == "truncated":
+        return weight.clamp(max=cap), ones
+    keep = (weight <= cap).to(prox.dtype)
+    return weight * keep, keep
+
+
+def clipped_surrogate(logp: torch.Tensor, prox: torch.Tensor, behav: torch.Tensor,
+                      advantages: torch.Tensor, mode: Correction, clip_eps: float,
+                      cap: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Per-token loss -min(r A, clip(r, 1-eps, 1+eps) A) * w, and per-token diagnostics.
+
+    r = pi/pi_behav for mode "none", else pi/pi_prox; w from `importance_weights`.
+    """
+    base = behav if mode == "none" else prox
+    ratio = torch.exp(logp - base)
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
+    plain, bounded = ratio * advantages, clipped * advantages
+    surrogate = torch.minimum(plain, bounded)
+    weight, keep = importance_weights(prox.detach(), behav, mode, cap)
+    loss = -surrogate * weight
+    stats = {"ratio": ratio.detach(), "clipped": (bounded < plain).to(logp.dtype),
+             "weight": weight, "kept": keep}
+    return loss, stats
+
+
+def kl_to_reference(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimate of KL(pi || pi_ref): exp(ref - logp) - (ref - logp) - 1 (>= 0)."""
+    delta = ref - logp
+    return torch.exp(delta) - delta - 1.0
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
+                   temperature: float = 1.0) -> torch.Tensor:
+    """log softmax(logits / T)[target] per position; logits [B, T, V], targets [B, T]."""
+    scaled = logits.float() / (temperature if temperature > 0 else 1.0)
+    picked = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return picked - torch.logsumexp(scaled, dim=-1)

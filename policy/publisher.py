@@ -1,0 +1,75 @@
+"""The learner's side of publication: versions go out in order, each upload in the background.
+
+Consumes (version, weight parts or None, step, samples) from the learner; produces the
+object and the KV bump for each (`policy.versions`), or, for None, the same weights
+announced under the new number (sync mode after a batch with nothing to learn), and prunes
+all but the newest `keep` objects. `submit` returns as soon as the uploader has taken the
+version, so the next learner step trains while the weights travel; one upload runs at a
+time, so versions are announced in order. It does not decide when to publish.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Sequence
+
+import anyio
+import anyio.abc
+import structlog
+
+from bus.messages import WeightVersion
+from bus.nats_bus import Bus
+from policy.versions import announce, prune_versions, publish_weights
+
+log = structlog.get_logger("policy.publisher")
+
+Item = tuple[int, Sequence[memoryview] | None, int, int]
+
+
+class Publisher:
+    def __init__(self, bus: Bus, keep: int) -> None:
+        self.bus = bus
+        self.current: WeightVersion | None = None
+        "The newest version announced."
+        self.recent: deque[str] = deque(maxlen=keep)
+        self._send, self._receive = anyio.create_memory_object_stream[Item](0)
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Upload what is submitted, in order, until `close`."""
+        task_status.started()
+        async with self._receive:
+            async for version, parts, step, samples in self._receive:
+                await self.publish(version, parts, step=step, samples=samples)
+
+    async def submit(self, version: int, parts: Sequence[memoryview] | None, *, step: int,
+                     samples: int) -> None:
+        """Hand a version to the uploader; waits only while the previous one is still going."""
+        await self._send.send((version, parts, step, samples))
+
+    async def close(self) -> None:
+        """No more versions; `run` returns after the last upload."""
+        await self._send.aclose()
+
+    def adopt(self, record: WeightVersion) -> None:
+        """Take `record` (already announced) as the current version."""
+        self.current = record
+        if record.object_name:
+            self.recent.append(record.object_name)
+
+    async def publish(self, version: int, parts: Sequence[memoryview] | None, *, step: int,
+                      samples: int) -> WeightVersion:
+        """Upload and announce `version` now (None: the current weights, renumbered)."""
+        if parts is not None:
+            record = await publish_weights(self.bus, version, parts, step=step, samples=samples)
+        else:
+            base = self.current or WeightVersion(version=0, object_name="")
+            record = WeightVersion(version=version, object_name=base.object_name,
+                                   size=base.size, sha256=base.sha256, step=step,
+                                   samples=samples, created_at=time.time())
+            await announce(self.bus, record)
+        self.adopt(record)
+        pruned = await prune_versions(self.bus, set(self.recent))
+        if pruned:
+            log.info("learner.versions_pruned", objects=pruned)
+        return record

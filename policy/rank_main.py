@@ -1,0 +1,41 @@
+"""A learner rank other than 0: `python -m policy.rank_main --config F --checkpoint-dir D`.
+
+Consumes operations broadcast by rank 0 (`policy.ranks`); runs each on its own `Trainer`
+until 'stop'. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT come from the
+environment. It dies with its parent (PR_SET_PDEATHSIG). It talks to no bus.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import signal
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="policy.rank_main")
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--checkpoint-dir", required=True)
+    args = parser.parse_args(argv)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+    from policy.ranks import broadcast_op
+    from policy.trainer import Trainer
+    from runtime.config import load
+
+    trainer = Trainer(load(args.config), Path(args.checkpoint_dir))
+    trainer.setup()
+    while True:
+        op, op_args = broadcast_op("", ())
+        if op == "stop":
+            trainer.close()
+            return 0
+        getattr(trainer, op)(*op_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Batched autoregressive sampling with temperature, top-p, stop sequences and logprobs.
+
+Consumes a `forward` function (token ids in, next-token logits out, with whatever cache it
+keeps), the contexts and each row's sampling settings; produces, per row, the sampled ids,
+the log-probability of each under the distribution it was drawn from, the text and why it
+stopped. The torch engine passes a transformers model's forward; the fake engine passes
+uniform logits. It loads no model and knows no bus.
+
+The logprob of a sampled token is taken from the distribution actually sampled: the
+softmax of logits / temperature, restricted to the top-p nucleus and renormalised. For a
+greedy row (temperature 0) it is the untempered model logprob of the argmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from policy.chat import ChatFormat
+from policy.engine import RowSettings
+
+Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], tuple[torch.Tensor, object]]
+"(input_ids [B,T], attention_mask [B,T+past], position_ids [B,T], cache) -> (logits [B,V], cache)"
+
+
+@dataclass
+class RowResult:
+    """What one row produced."""
+
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str = ""
+
+
+def choose_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick one token per row; returns (token ids [B], their logprobs [B]).
+
+    `temperature` and `top_p` are per row ([B]); temperature 0 means greedy.
+    """
+    logits = logits.float()
+    greedy = temperature <= 0
+    safe_t = torch.where(greedy, torch.ones_like(temperature), temperature)
+    logp = torch.log_softmax(logits / safe_t[:, None], dim=-1)
+    probs = logp.exp()
+    if bool((top_p >= 1).all()):
+        nucleus, nucleus_logp = probs, logp
+    else:
+        nucleus, nucleus_logp = _nucleus(probs, top_p)
+    drawn = torch.multinomial(nucleus, 1, generator=generator).squeeze(-1)
+    argmax = logits.argmax(dim=-1)
+    tokens = torch.where(greedy, argmax, drawn)
+    chosen = torch.where(greedy, logp.gather(-1, argmax[:, None]).squeeze(-1),
+                         nucleus_logp.gather(-1, drawn[:, None]).squeeze(-1))
+    return tokens, chosen
+
+
+def _nucleus(probs: torch.Tensor, top_p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Probabilities restricted to each row's top-p nucleus and renormalised, and their logs."""
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    before = sorted_p.cumsum(dim=-1) - sorted_p
+    keep_sorted = before < top_p[:, None]
+    keep_sorted[:, 0] = True
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    nucleus = torch.where(keep, probs, torch.zeros_like(probs))
+    nucleus = nucleus / nucleus.sum(dim=-1, keepdim=True)
+    return nucleus, torch.log(nucleus)
+
+
+def _stopped_by(text_tail: str, stops: Sequence[str]) -> bool:
+    return any(s and s in text_tail for s in stops)
+
+
+def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
+    cuts = [text.index(s) for s in stops if s and s in text]
+    return text[:min(cuts)] if cuts else text
+
+
+def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowSettings],
+                chat: ChatFormat, pad_id: int, generator: torch.Generator | None = None,
+                device: str = "cpu") -> list[RowResult]:
+    """Sample a completion for each context, all rows in one batch (left-padded)."""
+    rows = len(contexts)
+    width = max(len(c) for c in contexts)
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((rows, width), dtype=torch.long)
+    for r, ctx in enumerate(contexts):
+        ids[r, width - len(ctx):] = torch.tensor(ctx, dtype=torch.long)
+        mask[r, width - len(ctx):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    temperature = torch.tensor([s.temperature for s in settings], device=device)
+    top_p = torch.tensor([s.top_p for s in settings], device=device)
+    results = [RowResult() for _ in range(rows)]
+    active = torch.ones(rows, dtype=torch.bool)
+    logits, cache = forward(ids, mask, positions, None)
+    last_pos = positions[:, -1:]
+    for step in range(max(s.max_new_tokens for s in settings)):
+        tokens, logps = choose_tokens(logits, temperature, top_p, generator)
+        tokens_cpu, logps_cpu = tokens.cpu().tolist(), logps.cpu().tolist()
+        for r in range(rows):
+            if active[r]:
+                _advance(results[r], settings[r], tokens_cpu[r], logps_cpu[r], chat)
+                active[r] = not results[r].finish_reason
+        if not active.any():
+            break
+        feed = torch.where(active.to(device), tokens, torch.full_like(tokens, pad_id))
+        mask = torch.cat([mask, active.to(device, torch.long)[:, None]], dim=-1)
+        last_pos = last_pos + 1
+        logits, cache = forward(feed[:, None], mask, last_pos, cache)
+    for result, setting in zip(results, settings):
+        result.text = _cut_at_stop(chat.decode(result.token_ids), setting.stop)
+    return results
+
+
+def _advance(result: RowResult, setting: RowSettings, token: int, logp: float,
+             chat: ChatFormat) -> None:
+    result.token_ids.append(token)
+    result.logprobs.append(logp)
+    if token in chat.end_ids:
+        result.finish_reason = "stop"
+    elif setting.stop and _stopped_by(chat.decode(result.token_ids[-_tail_tokens(setting):]),
+                                      setting.stop):
+        result.finish_reason = "stop"
+    elif len(result.token_ids) >= setting.max_new_tokens:
+        result.finish_reason = "length"
+
+
+def _tail_tokens(setting: RowSettings) -> int:
+    # Every token decodes to at least one character (special ones aside), so the last
+    # len(longest stop) + 2 tokens are enough to see a stop string that just completed.
+    return max(len(s) for s in setting.stop) + 2

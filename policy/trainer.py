@@ -1,0 +1,208 @@
+"""One DeepSpeed rank of the learner: the policy-gradient step, checkpoints, weight export.
+
+Consumes training samples (the same full list on every rank; each rank takes its shard),
+checkpoint requests and export requests; produces optimizer updates, DeepSpeed
+checkpoints (with the learner's bookkeeping as client state) and bf16 weight bytes on
+rank 0. CPU runs use DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public
+method is collective: all ranks call it in the same order (`policy.ranks` sees to that).
+
+It knows nothing of the bus, groups or versions.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from policy.batch import TrainSample, collate, placeholder, shard, split_even
+
+
+def ds_config(lc: Any, world: int) -> dict:
+    """The DeepSpeed config for a learner section."""
+    zero: dict[str, Any] = {"stage": lc.zero_stage}
+    if lc.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu"}
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": world,
+        # Batches vary in size: every backward() accumulates, every step() is one update.
+        "managed_gradient_accumulation": False,
+        "gradient_clipping": lc.grad_clip,
+        "steps_per_print": 1 << 30,
+        "zero_optimization": zero,
+        "bf16": {"enabled": lc.precision == "bf16"},
+        "optimizer": {"type": "AdamW", "params": {
+            "lr": lc.lr, "weight_decay": lc.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8,
+            # torch's AdamW needs no compiled op; the CPU-offload optimizer does.
+            "torch_adam": not lc.offload_optimizer}},
+    }
+
+
+class Trainer:
+    def __init__(self, config: Any, checkpoint_dir: Path) -> None:
+        self.config = config
+        self.lc = config.learner
+        self.dir = Path(checkpoint_dir)
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.device = "cpu"
+        self.temperature = config.generator.sampling.temperature or 1.0
+
+    def _bind(self) -> None:
+        if self.lc.device == "cuda":
+            import torch
+
+            torch.cuda.set_device(self.local_rank)
+
+    def setup(self) -> dict:
+        """Join the process group, build the engine, load the last checkpoint's client state."""
+        os.environ["DS_ACCELERATOR"] = self.lc.device
+        import deepspeed
+
+        from policy.model import load_model
+
+        self._bind()
+        self.device = f"cuda:{self.local_rank}" if self.lc.device == "cuda" else "cpu"
+        deepspeed.init_distributed(dist_backend="nccl" if self.lc.device == "cuda" else "gloo",
+                                   timeout=timedelta(days=7))
+        model = load_model(self.config.model, "float32", self.device)
+        model.train()
+        self.pad_id = model.config.pad_token_id or 0
+        self.vocab_size = int(model.get_input_embeddings().num_embeddings)
+        self.engine, *_ = deepspeed.initialize(
+            model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
+            config=ds_config(self.lc, self.world))
+        self.reference = None
+        if self.lc.kl_coef > 0:
+            self.reference = load_model(self.config.model, "bfloat16", self.device)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if not (self.dir / "latest").exists():
+            return {}
+        path, client = self.engine.load_checkpoint(str(self.dir))
+        return dict(client or {}, checkpoint=str(path), optimizer_steps=self.engine.global_steps)
+
+    def train(self, samples: list[TrainSample]) -> dict[str, float]:
+        """One batch: `minibatches` optimizer updates over these samples."""
+        self._bind()
+        began = time.monotonic()
+        totals: dict[str, float] = {}
+        minis = split_even(samples, max(1, min(self.lc.minibatches, len(samples))))
+        prox_all = [self._proximal(m) for m in minis] if len(minis) > 1 else [None] * len(minis)
+        for mini, prox in zip(minis, prox_all):
+            micros = self._micro_batches(mini)
+            tokens = sum(s.tokens for s in mini)
+            for i, micro in enumerate(micros):
+                loss, stats = self._loss(micro, None if prox is None else prox[i], tokens)
+                self.engine.backward(loss)
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + v
+            self.engine.step()
+        norm = self.engine.get_global_grad_norm()
+        if self.world > 1:
+            totals = self._summed(totals)
+        tokens = max(totals.get("tokens", 0.0), 1.0)
+        out = {k: v / tokens for k, v in totals.items() if k != "tokens"}
+        out.update(tokens=totals.get("tokens", 0.0), train_s=time.monotonic() - began,
+                   optimizer_steps=float(self.engine.global_steps),
+                   grad_norm=float(norm) if norm is not None and math.isfinite(float(norm)) else -1.0)
+        return out
+
+    def _summed(self, totals: dict[str, float]) -> dict[str, float]:
+        import torch
+        import torch.distributed as dist
+
+        keys = sorted(totals)
+        values = torch.tensor([totals[k] for k in keys], dtype=torch.float64, device=self.device)
+        dist.all_reduce(values)
+        return dict(zip(keys, values.tolist()))
+
+    def _micro_batches(self, mini: list[TrainSample]) -> list[list[TrainSample]]:
+        # Every rank must run the same number of forward/backward passes (ZeRO's collectives).
+        per_rank = shard(mini, self.world)
+        count = max(1, max(math.ceil(len(p) / self.lc.micro_batch_size) for p in per_rank))
+        return [m or [placeholder(self.pad_id)] for m in split_even(per_rank[self.rank], count)]
+
+    def _tensors(self, micro: list[TrainSample]) -> dict[str, Any]:
+        import torch
+
+        return {k: torch.from_numpy(v).to(self.device) for k, v in collate(micro, self.pad_id).items()}
+
+    def _logprobs(self, model: Any, batch: dict[str, Any]) -> Any:
+        from policy.objective import token_logprobs
+
+        # Rows are right-padded and attention is causal, so no real token ever sees a pad:
+        # no mask needed, which keeps attention on its fast causal path.
+        logits = model(input_ids=batch["input_ids"]).logits
+        return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
+
+    def _proximal(self, mini: list[TrainSample]) -> list[Any]:
+        import torch
+
+        with torch.no_grad():
+            return [self._logprobs(self.engine, self._tensors(m)) for m in self._micro_batches(mini)]
+
+    def _loss(self, micro: list[TrainSample], prox: Any, global_tokens: int) -> tuple[Any, dict]:
+        import torch
+
+        from policy.objective import clipped_surrogate, kl_to_reference
+
+        batch = self._tensors(micro)
+        logp = self._logprobs(self.engine, batch)
+        prox = logp.detach() if prox is None else prox
+        per_token, diag = clipped_surrogate(logp, prox, batch["behav"], batch["advantages"],
+                                            self.lc.correction, self.lc.clip_eps, self.lc.is_clip)
+        mask = batch["mask"]
+        stats = {"tokens": float(mask.sum()),
+                 "clip_frac": float((diag["clipped"] * mask).sum()),
+                 "is_weight": float((diag["weight"] * mask).sum()),
+                 "kept_frac": float((diag["kept"] * mask).sum()),
+                 "behav_gap": float(((prox - batch["behav"]).abs() * mask).sum())}
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = self._logprobs(self.reference, batch)
+            kl = kl_to_reference(logp, ref)
+            per_token = per_token + self.lc.kl_coef * kl
+            stats["kl"] = float((kl.detach() * mask).sum())
+        # Token mean over the whole batch; DeepSpeed averages gradients over ranks, so scale up.
+        loss = (per_token * mask).sum() * (self.world / max(global_tokens, 1))
+        stats["loss"] = float(loss.detach()) * global_tokens / self.world
+        return loss, stats
+
+    def save(self, tag: str, client_state: dict) -> None:
+        """Write a checkpoint (model, optimizer, client state); keep the newest few."""
+        self._bind()
+        self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state)
+        if self.rank == 0:
+            tags = sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith("step"))
+            latest = (self.dir / "latest").read_text().strip()
+            for old in tags[:-self.lc.keep_checkpoints]:
+                if old.name != latest:
+                    shutil.rmtree(old, ignore_errors=True)
+
+    def close(self) -> None:
+        """Leave the process group (so a later learner in this process can form a new one)."""
+        import deepspeed.comm as dist
+
+        self.engine = self.reference = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def weights(self, copy: bool = False) -> list[memoryview] | None:
+        """The current weights as bf16 safetensors parts on rank 0 (None elsewhere); with
+        `copy`, parts that later steps do not change."""
+        from policy.weights import encode_parts
+
+        self._bind()
+        if self.lc.zero_stage == 3:
+            state = self.engine._zero3_consolidated_16bit_state_dict()
+        else:
+            state = self.engine.module.state_dict()
+        return encode_parts(state, copy=copy) if self.rank == 0 else None
+

@@ -1,0 +1,84 @@
+"""`whet auth ...`: NATS users for a server whetstone does not start itself (compose).
+
+Consumes a config file (roles of extra actor kinds) and a secrets folder; produces the
+nats-server `authorization` block, password files, and the permission table as JSON.
+Passwords are never printed: `server-config` either refers to environment variables or,
+given a secrets folder, writes them into a file readable by its owner only.
+
+Typical compose set-up:
+
+    whet auth passwords ./secrets                       # one file per role, mode 0600
+    whet auth server-config --secrets-dir ./secrets --out nats-auth.conf
+    # nats service: `include nats-auth.conf` in its config; each actor service gets
+    # WHET_NATS_USER=<role> and WHET_NATS_PASSWORD_FILE=/run/secrets/<role>
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from runtime import auth, config as config_mod, credentials
+
+ConfigOpt = Annotated[Optional[Path], typer.Option(
+    "--config", "-c", help="Config file whose [auth.roles] maps extra actor kinds.")]
+
+
+def _auth_config(config: Path | None) -> auth.AuthConfig:
+    return config_mod.load(config).auth if config else auth.AuthConfig()
+
+
+def register(app: typer.Typer) -> None:
+    from runtime.cli import friendly
+
+    group = typer.Typer(no_args_is_help=True, help="NATS users and per-role permissions.")
+    app.add_typer(group, name="auth")
+
+    @group.command("passwords")
+    @friendly
+    def passwords(folder: Annotated[Path, typer.Argument(help="Folder for the password files.")]) -> None:
+        """Create a random password file per role where one is missing (never printed)."""
+        created = [r for r in auth.roles() if not (folder / r).exists()]
+        credentials.ensure_passwords(folder)
+        for role in auth.roles():
+            state = "created" if role in created else "kept"
+            typer.echo(f"{role:<10} {folder / role} ({state})")
+
+    @group.command("server-config")
+    @friendly
+    def server_config(
+        config: ConfigOpt = None,
+        secrets_dir: Annotated[Optional[Path], typer.Option(
+            help="Read passwords from these files and write them in (else: environment "
+                 "variables WHET_NATS_PASSWORD_<ROLE>, read by the server).")] = None,
+        out: Annotated[Optional[Path], typer.Option(help="Write here (mode 0600), not stdout.")] = None,
+    ) -> None:
+        """The nats-server `authorization` block for every role."""
+        cfg = _auth_config(config)
+        passwords = credentials.read_passwords(secrets_dir) if secrets_dir else None
+        text = auth.server_config(cfg, passwords) + auth.tls_config(cfg)
+        if out is None:
+            if passwords is not None:
+                raise typer.BadParameter("with --secrets-dir the block holds passwords: "
+                                         "give --out FILE", param_hint="--out")
+            typer.echo(text, nl=False)
+            return
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        typer.echo(f"wrote {out}")
+
+    @group.command("permissions")
+    @friendly
+    def permissions(role: Annotated[Optional[str], typer.Argument(help="One role (default: all).")] = None,
+                    config: ConfigOpt = None) -> None:
+        """What each role may publish and subscribe to, as JSON."""
+        cfg = _auth_config(config)
+        if role is not None and role not in auth.roles():
+            raise typer.BadParameter(f"{role!r}: expected one of {auth.roles()}", param_hint="ROLE")
+        chosen = [role] if role else auth.roles()
+        typer.echo(json.dumps({r: auth.permissions(r, cfg) for r in chosen}, indent=2))

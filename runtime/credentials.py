@@ -1,0 +1,94 @@
+"""Per-role NATS passwords: generated per run or read from files, handed out through the
+environment, never written to the repository or logged.
+
+Consumes the `[auth]` section, a secrets folder (one file per role, named after the role)
+and bus settings; produces password files (mode 0600 in a 0700 folder), the environment
+a supervised actor gets (`WHET_NATS_USER`, `WHET_NATS_PASSWORD_FILE`, `WHET_NATS_CA`), and
+bus settings for the stack and the CLI logged in as `admin`. Passwords travel as file
+paths, not values, so they show up in no process listing. It decides no permissions
+(`runtime.auth` does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from pathlib import Path
+
+from bus.errors import RunError
+from bus.nats_bus import BusSettings
+from runtime import auth
+from runtime.config import RunConfig
+from runtime.rundir import RunDir
+
+
+def secrets_dir(cfg: RunConfig, run_dir: RunDir | None) -> Path | None:
+    """Where the role password files of this run are, or None when auth is off."""
+    if not cfg.auth.enabled:
+        return None
+    if cfg.auth.secrets_dir:
+        return Path(cfg.auth.secrets_dir)
+    return run_dir.path / "secrets" if run_dir is not None else None
+
+
+def ensure_passwords(folder: Path) -> dict[str, str]:
+    """Every role's password, creating a fresh random one where its file is missing."""
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.chmod(0o700)
+    out = {}
+    for role in auth.roles():
+        path = folder / role
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(24) + "\n")
+        out[role] = path.read_text().strip()
+    return out
+
+
+def read_passwords(folder: Path) -> dict[str, str]:
+    """Every role's password from existing files; RunError names the missing ones."""
+    missing = [role for role in auth.roles() if not (folder / role).is_file()]
+    if missing:
+        raise RunError(f"{folder}: no password file for role(s) {', '.join(missing)}; create "
+                       f"them with 'whet auth passwords {folder}'")
+    return {role: (folder / role).read_text().strip() for role in auth.roles()}
+
+
+def embedded_server_config(cfg: RunConfig, folder: Path | None) -> str:
+    """Extra config for the embedded server: users with fresh passwords, and TLS if set."""
+    text = auth.tls_config(cfg.auth)
+    if folder is not None:
+        text += auth.server_config(cfg.auth, ensure_passwords(folder))
+    return text
+
+
+_LOGIN_VARS = ("WHET_NATS_USER", "WHET_NATS_PASSWORD", "WHET_NATS_PASSWORD_FILE",
+               "WHET_NATS_TOKEN", "WHET_NATS_CREDS")
+
+
+def actor_env(kind: str, cfg: RunConfig, folder: Path | None,
+              base: dict[str, str]) -> dict[str, str]:
+    """`base` environment for a supervised actor of `kind`, logged in as its role."""
+    env = dict(base)
+    if folder is not None:
+        for var in _LOGIN_VARS:  # the supervisor's own login must not leak to its children
+            env.pop(var, None)
+        role = auth.role_of(kind, cfg.auth)
+        env.update(WHET_NATS_USER=role, WHET_NATS_PASSWORD_FILE=str(folder / role))
+    if cfg.auth.tls_cert_file and not env.get("WHET_NATS_CA"):
+        env["WHET_NATS_CA"] = cfg.auth.tls_cert_file  # a self-signed certificate is its own CA
+    return env
+
+
+def as_admin(settings: BusSettings, cfg: RunConfig, folder: Path | None) -> BusSettings:
+    """`settings` logged in as admin from `folder` (when the environment names no user), and
+    trusting the embedded server's certificate (when the environment names no CA)."""
+    changes: dict[str, str] = {}
+    has_login = settings.user or settings.token or settings.creds_file
+    if folder is not None and not has_login and (folder / auth.ADMIN).is_file():
+        changes.update(user=auth.ADMIN, password=(folder / auth.ADMIN).read_text().strip())
+    if cfg.auth.tls_cert_file and not settings.tls_ca_file:
+        changes["tls_ca_file"] = cfg.auth.tls_cert_file
+    return dataclasses.replace(settings, **changes) if changes else settings

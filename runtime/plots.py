@@ -1,0 +1,83 @@
+"""PNG plots of a run's metrics: reward, held-out pass rate and staleness against steps.
+
+Consumes `<run dir>/metrics/train.csv` and `eval.csv` (written by `runtime.progress`);
+produces `<run dir>/plots/reward.png`, `heldout.png` and `staleness.png`. Uses matplotlib
+(the `ml` extra) without a display; without matplotlib it draws nothing and says so once.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger("runtime.plots")
+_warned = False
+
+
+def read_rows(path: Path) -> list[dict[str, float]]:
+    """CSV rows with every non-empty cell as a float (the rest left out)."""
+    if not path.exists():
+        return []
+    out = []
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            parsed = {}
+            for key, value in row.items():
+                try:
+                    parsed[key] = float(value)
+                except (TypeError, ValueError):
+                    continue
+            out.append(parsed)
+    return out
+
+
+def series(rows: list[dict[str, float]], x: str, y: str) -> tuple[list[float], list[float]]:
+    points = [(r[x], r[y]) for r in rows if x in r and y in r]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def draw(run_dir: Path) -> list[Path]:
+    """Redraw the three plots; returns the files written."""
+    global _warned
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        if not _warned:
+            log.warning("plots.skipped", reason="matplotlib is not installed (the ml extra)")
+            _warned = True
+        return []
+    train = read_rows(run_dir / "metrics" / "train.csv")
+    evals = read_rows(run_dir / "metrics" / "eval.csv")
+    out_dir = run_dir / "plots"
+    out_dir.mkdir(exist_ok=True)
+    charts = {
+        "reward.png": ("mean training reward", [("mean reward", train, "mean_reward"),
+                                                ("pass rate", train, "pass_rate")]),
+        "heldout.png": ("held-out pass rate", [("overall", evals, "overall"),
+                                               ("trained domains", evals, "trained"),
+                                               ("transfer domains", evals, "transfer")]),
+        "staleness.png": ("staleness (policy versions)", [("mean", train, "staleness_mean"),
+                                                          ("max", train, "staleness_max")]),
+    }
+    written = []
+    for name, (title, lines) in charts.items():
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for label, rows, column in lines:
+            xs, ys = series(rows, "step", column)
+            if xs:
+                ax.plot(xs, ys, marker="o", markersize=3, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("learner step")
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / name, dpi=100)
+        plt.close(fig)
+        written.append(out_dir / name)
+    return written

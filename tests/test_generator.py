@@ -1,0 +1,188 @@
+"""The generator over a real bus: assignments in, attempts out, versions followed.
+
+Runs the generator actor in-process against a real nats-server, with the fake engine (no
+model) and with the tiny model (real tokenizer and transformer).
+"""
+
+from __future__ import annotations
+
+import math
+
+import anyio
+import pytest
+import torch
+
+from actors import generator
+from bus import subjects
+from bus.codec import unpack_f32, unpack_ids
+from bus.messages import Attempt, Task, TaskAssignment, Verifier, WeightVersion
+from policy.config import GeneratorConfig, ModelConfig, SamplingConfig
+from policy.versions import announce, publish_weights
+from runtime.config import RunConfig
+
+
+def make_task(n: int = 0) -> Task:
+    return Task(task_id=f"toy/{n}", env="toy", env_version="1", domain="python",
+                prompt=f"Write a function f that returns {n}.",
+                verifier=Verifier(kind="python_io"), entry_point="f")
+
+
+def assignment(aid: str, group: int, version: int = 0, purpose: str = "train") -> TaskAssignment:
+    return TaskAssignment(assignment_id=aid, task=make_task(), group_size=group,
+                          admitted_version=version, purpose=purpose)
+
+
+async def attempts_on_bus(bus, want: int, timeout_s: float = 60.0) -> list[Attempt]:
+    """The attempts stored on whet.v1.attempts, once there are at least `want`."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            got = [m for _, m in await bus.snapshot(subjects.STREAM_ATTEMPTS, Attempt)]
+            if len(got) >= want:
+                return got
+            await anyio.sleep(0.1)
+
+
+def fake_config(**sampling) -> RunConfig:
+    return RunConfig(generator=GeneratorConfig(
+        engine="fake", sampling=SamplingConfig(max_new_tokens=12, **sampling)))
+
+
+async def test_fake_engine_group_has_ids_versions_and_uniform_logprobs(bus):
+    """A group of 4 comes back as 4 attempts with stable ids, version 0 and log(1/16) logprobs."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await bus.publish(subjects.TASKS, assignment("a1", 4), msg_id="a1")
+        got = await attempts_on_bus(bus, 4)
+        # The server already holds each attempt under '<attempt_id>/t0': a copy is a duplicate.
+        again = [await bus.publish(subjects.ATTEMPTS, a, msg_id=f"{a.attempt_id}/t0") for a in got]
+        bus.stopping.set()
+    assert again == [True] * 4
+    assert sorted(a.attempt_id for a in got) == ["a1.0", "a1.1", "a1.2", "a1.3"]
+    for a in got:
+        assert a.group_id == "a1" and a.group_size == 4 and a.policy_version == 0
+        turn = a.turns[0]
+        ids, logps = unpack_ids(turn.completion_ids), unpack_f32(turn.logprobs)
+        assert len(ids) == len(logps) >= 1 and ids.max() < 16 and ids.min() >= 0
+        assert logps == pytest.approx(-math.log(16), abs=1e-5)
+        assert turn.finish_reason == ("stop" if ids[-1] == 0 else "length")
+        assert len(ids) <= 12
+
+
+async def test_fake_engine_top_p_keeps_a_nucleus(bus):
+    """With top_p 0.5 over 16 equal tokens, each sample is drawn from 8: logprob log(1/8)."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config(top_p=0.5))
+        await bus.publish(subjects.TASKS, assignment("a1", 2), msg_id="a1")
+        got = await attempts_on_bus(bus, 2)
+        bus.stopping.set()
+    for a in got:
+        assert unpack_f32(a.turns[0].logprobs) == pytest.approx(-math.log(8), abs=1e-5)
+
+
+async def test_redelivered_assignment_stores_no_second_attempt(bus):
+    """The same assignment delivered twice (new msg id) yields the 3 attempts once."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await bus.publish(subjects.TASKS, assignment("a1", 3), msg_id="a1")
+        await attempts_on_bus(bus, 3)
+        await bus.publish(subjects.TASKS, assignment("a1", 3), msg_id="a1-again")
+        await bus.publish(subjects.TASKS, assignment("a2", 1), msg_id="a2")
+        got = await attempts_on_bus(bus, 4)
+        await anyio.sleep(0.5)
+        got = await attempts_on_bus(bus, 4)
+        bus.stopping.set()
+    assert sorted(a.attempt_id for a in got) == ["a1.0", "a1.1", "a1.2", "a2.0"]
+
+
+async def test_work_waits_for_its_admitted_version(bus):
+    """Work admitted at version 2 waits until version 2 is published, then carries it."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await announce(bus, WeightVersion(version=1, object_name=""))
+        await bus.publish(subjects.TASKS, assignment("early", 1, version=1), msg_id="early")
+        await bus.publish(subjects.TASKS, assignment("late", 1, version=2), msg_id="late")
+        [first] = await attempts_on_bus(bus, 1)
+        await anyio.sleep(1.0)
+        assert len(await attempts_on_bus(bus, 1)) == 1, "late work ran on old weights"
+        await publish_weights(bus, 2, b"w" * (3 << 20), step=1, samples=8)
+        got = await attempts_on_bus(bus, 2)
+        bus.stopping.set()
+    versions = {a.group_id: a.policy_version for a in got}
+    assert first.group_id == "early" and versions == {"early": 1, "late": 2}
+    assert bus.stats.policy_version == 2
+
+
+async def test_late_generator_starts_on_the_current_version(bus):
+    """A generator that starts after version 4 was published runs version 4 from the start."""
+    await publish_weights(bus, 4, b"w" * 1000, step=4, samples=32)
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        assert bus.stats.policy_version == 4
+        await bus.publish(subjects.TASKS, assignment("a1", 1), msg_id="a1")
+        [got] = await attempts_on_bus(bus, 1)
+        bus.stopping.set()
+    assert got.policy_version == 4
+
+
+async def test_continuation_adds_feedback_turn(bus):
+    """A continuation gets a second turn whose context is the feedback, published as /t1."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await bus.publish(subjects.TASKS, assignment("a1", 1), msg_id="a1")
+        [first] = await attempts_on_bus(bus, 1)
+        turns = list(first.turns)
+        import msgspec
+
+        turns[-1] = msgspec.structs.replace(turns[-1], feedback="fails test 2")
+        await bus.publish(subjects.TURNS, msgspec.structs.replace(first, turns=turns),
+                          msg_id="a1.0/fb0")
+        got = await attempts_on_bus(bus, 2)
+        bus.stopping.set()
+    follow = next(a for a in got if len(a.turns) == 2)
+    assert follow.attempt_id == "a1.0" and follow.turns[0].feedback == "fails test 2"
+    added = unpack_ids(follow.turns[1].prompt_ids).tolist()
+    from policy.chat import char_chat_format
+
+    closed = first.turns[0].finish_reason == "stop"
+    assert added == char_chat_format(16).feedback_ids("fails test 2", closed)
+
+
+def tiny_config(**sampling) -> RunConfig:
+    return RunConfig(model=ModelConfig(name="tiny"), generator=GeneratorConfig(
+        engine="torch", dtype="float32", sampling=SamplingConfig(max_new_tokens=10, **sampling)))
+
+
+async def test_tiny_model_logprobs_match_a_teacher_forced_pass(bus):
+    """Logprobs reported by the tiny model equal log_softmax(logits / T) recomputed afterwards."""
+    cfg = tiny_config(temperature=0.7)
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, cfg)
+        await bus.publish(subjects.TASKS, assignment("a1", 3), msg_id="a1")
+        got = await attempts_on_bus(bus, 3)
+        bus.stopping.set()
+    from policy.model import load_model
+
+    model = load_model(cfg.model, "float32")
+    for a in got:
+        turn = a.turns[0]
+        prompt, ids = unpack_ids(turn.prompt_ids).tolist(), unpack_ids(turn.completion_ids).tolist()
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0].float()
+        logp = torch.log_softmax(logits / 0.7, -1)
+        expected = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
+        assert unpack_f32(turn.logprobs).tolist() == pytest.approx(expected, abs=2e-3)
+
+
+async def test_eval_work_is_sampled_greedily(bus):
+    """Eval work uses eval sampling (greedy): the fake engine's argmax is id 0, the end of
+    the turn, so every eval attempt stops at once with the untempered log(1/16)."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await bus.publish(subjects.TASKS, assignment("e1", 3, purpose="eval"), msg_id="e1")
+        got = await attempts_on_bus(bus, 3)
+        bus.stopping.set()
+    for a in got:
+        assert a.purpose == "eval"
+        assert unpack_ids(a.turns[0].completion_ids).tolist() == [0]
+        assert a.turns[0].finish_reason == "stop"
+        assert unpack_f32(a.turns[0].logprobs) == pytest.approx(-math.log(16), abs=1e-5)

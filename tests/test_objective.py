@@ -1,0 +1,94 @@
+"""The RL objective's pure functions against values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from policy.objective import (clipped_surrogate, group_advantages, importance_weights,
+                              kl_to_reference, token_logprobs)
+
+
+def test_group_advantages_are_centred_and_scaled_by_population_std():
+    """Rewards 1,0,0,1: mean 0.5, std 0.5, so advantages are +-1."""
+    assert group_advantages([1.0, 0.0, 0.0, 1.0], eps=0) == [1.0, -1.0, -1.0, 1.0]
+
+
+def test_group_advantages_unscaled_subtract_the_mean():
+    """Without scaling, 3,1,2 give 1,-1,0."""
+    assert group_advantages([3.0, 1.0, 2.0], scale=False) == [1.0, -1.0, 0.0]
+
+
+def test_dropped_members_are_missing_not_zero():
+    """A dropped member (None) stays None and does not pull the mean: 1,None,0 -> +1,None,-1."""
+    assert group_advantages([1.0, None, 0.0], eps=0) == [1.0, None, -1.0]
+
+
+def test_uniform_or_lonely_groups_have_no_signal():
+    """All-equal rewards, or a single present reward, give zero advantages."""
+    assert group_advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
+    assert group_advantages([None, 0.7, None]) == [None, 0.0, None]
+
+
+def test_truncated_importance_weights_cap_at_the_clip():
+    """prox/behav = e^0.5 (1.65) stays; e^1.5 (4.48) is cut to the cap 2."""
+    prox = torch.tensor([0.0, 0.0, -1.0])
+    behav = torch.tensor([-0.5, -1.5, -1.0])
+    weight, keep = importance_weights(prox, behav, "truncated", cap=2.0)
+    assert weight.tolist() == pytest.approx([math.exp(0.5), 2.0, 1.0])
+    assert keep.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_decoupled_importance_weights_mask_above_the_clip():
+    """Decoupled keeps e^0.5 and masks the token whose weight e^1.5 exceeds the cap."""
+    prox = torch.tensor([0.0, 0.0])
+    behav = torch.tensor([-0.5, -1.5])
+    weight, keep = importance_weights(prox, behav, "decoupled", cap=2.0)
+    assert weight.tolist() == pytest.approx([math.exp(0.5), 0.0])
+    assert keep.tolist() == [1.0, 0.0]
+
+
+def test_surrogate_clips_the_ratio_in_the_direction_of_the_advantage():
+    """r = e^0.3 (1.35) > 1.2: with A=+1 the loss is -1.2 (clipped); with A=-1 it is +1.35."""
+    logp = torch.tensor([0.3, 0.3])
+    prox = torch.tensor([0.0, 0.0])
+    adv = torch.tensor([1.0, -1.0])
+    loss, stats = clipped_surrogate(logp, prox, prox, adv, "truncated", 0.2, cap=2.0)
+    assert loss.tolist() == pytest.approx([-1.2, math.exp(0.3)])
+    assert stats["clipped"].tolist() == [1.0, 0.0]
+
+
+def test_surrogate_weights_by_truncated_importance_and_its_gradient_is_w_times_A():
+    """On-proximal (r=1) the gradient wrt logp is -w*A: here w = min(e^1, 2) = 2, A = 0.5."""
+    logp = torch.tensor([-1.0], requires_grad=True)
+    behav = torch.tensor([-2.0])
+    loss, _ = clipped_surrogate(logp, logp.detach(), behav, torch.tensor([0.5]), "truncated",
+                                0.2, cap=2.0)
+    loss.sum().backward()
+    assert loss.item() == pytest.approx(-1.0)
+    assert logp.grad.item() == pytest.approx(-1.0)
+
+
+def test_mode_none_clips_against_the_behaviour_policy():
+    """Without correction the ratio is pi/pi_behav = e^0.5 (1.65), clipped to 1.2 for A=+1."""
+    logp = torch.tensor([-1.0])
+    loss, stats = clipped_surrogate(logp, torch.tensor([-1.0]), torch.tensor([-1.5]),
+                                    torch.tensor([1.0]), "none", 0.2, cap=2.0)
+    assert loss.item() == pytest.approx(-1.2)
+    assert stats["ratio"].item() == pytest.approx(math.exp(0.5))
+
+
+def test_kl_k3_is_zero_on_policy_and_positive_off_it():
+    """k3(logp=-1, ref=-1) = 0; k3(logp=-1, ref=-2) = e^-1 + 1 - 1 = 0.3679."""
+    kl = kl_to_reference(torch.tensor([-1.0, -1.0]), torch.tensor([-1.0, -2.0]))
+    assert kl.tolist() == pytest.approx([0.0, math.exp(-1.0)])
+
+
+def test_token_logprobs_apply_the_temperature():
+    """Logits (0, ln 3) at T=1 give p=(1/4, 3/4); at T=0.5 the odds square to 1:9."""
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    target = torch.tensor([[1]])
+    assert token_logprobs(logits, target).item() == pytest.approx(math.log(0.75))
+    assert token_logprobs(logits, target, 0.5).item() == pytest.approx(math.log(0.9))
