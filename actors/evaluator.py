@@ -10,8 +10,7 @@ on `whet.v1.tasks`, with ids derived from the round, so a restart re-publishes n
 Produces, per policy version of the attempts, an `evaluator.evaluated` event (fields
 `version`, `overall`, `complete`, `pass_rates` by domain, `trained`, `transfer` (domains the
 mix does not train on), `attempts`, `train_reward`; the monitor and `whet` progress read them)
-and
-heartbeat gauges `heldout.<domain>`; and an `evaluator.divergence_detected` warning when the
+and heartbeat gauges `heldout.<domain>`; and an `evaluator.divergence_detected` warning when the
 training reward rises while the held-out pass rate does not. It does NOT score attempts (the
 judge does) and never publishes training work.
 """
