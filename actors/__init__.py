@@ -15,5 +15,7 @@ KINDS: dict[str, str] = {
     "generator": "actors.generator:run",
     "learner": "actors.learner:run",
     "executor": "actors.executor:run",
+    "sampler": "actors.sampler:run",
+    "evaluator": "actors.evaluator:run",
     "judge": "actors.judge:run",
 }

@@ -23,6 +23,7 @@ import msgspec
 
 from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
+from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from monitoring.config import MonitorConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
@@ -125,6 +126,9 @@ class RunConfig(Section):
     generator: GeneratorConfig = GeneratorConfig()
     learner: LearnerConfig = LearnerConfig()
     executor: ExecutorConfig = ExecutorConfig()
+    envs: EnvsConfig = EnvsConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    evaluator: EvaluatorConfig = EvaluatorConfig()
     judge: JudgeConfig = JudgeConfig()
 
 
@@ -191,11 +195,23 @@ def _choices(key: str) -> list[str]:
     """The allowed values of the Literal field at dotted `key` of RunConfig."""
     cls: Any = RunConfig
     for part in key.split("."):
-        hints = typing.get_type_hints(cls)
+        if part == "<key>" or part.isdigit():  # an item of a dict or list
+            cls = _element(cls)
+            continue
+        try:
+            hints = typing.get_type_hints(cls)
+        except TypeError:  # not a section: nothing to list
+            return []
         if part not in hints:
             return []
         cls = hints[part]
-    return list(typing.get_args(cls))
+    return list(typing.get_args(_element(cls) if typing.get_origin(cls) in (list, dict) else cls))
+
+
+def _element(cls: Any) -> Any:
+    """The value type inside dict[..., V], list[V] or V | None."""
+    args = [a for a in typing.get_args(cls) if a is not type(None)]
+    return args[-1] if args else cls
 
 
 def _check_kinds(cfg: RunConfig, source: str) -> None:

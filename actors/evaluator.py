@@ -1,0 +1,172 @@
+"""The evaluator: held-out pass rates per domain, independent of the training reward.
+
+Consumes the policy version (KV whet-policy `current`; 0 before the learner publishes), the
+configured environments' held-out tasks (gated at intake), eval verdicts (its own durable
+consumer on `whet.v1.verdicts.eval`) and train verdicts (durable `evaluator-train`, for the
+mean training reward by policy version). For every `every_versions`-th version it publishes
+a round: each chosen held-out task once, as `TaskAssignment(purpose="eval", group_size=1)`
+on `whet.v1.tasks`, with ids derived from the round, so a restart re-publishes nothing new.
+
+Produces, per policy version of the attempts, an `evaluator.evaluated` event (fields
+`version`, `overall`, `complete`, `pass_rates` by domain, `trained`, `transfer` (domains the
+mix does not train on), `attempts`, `train_reward`; the monitor and `whet` progress read them)
+and heartbeat gauges `heldout.<domain>`; and an `evaluator.divergence_detected` warning when the
+training reward rises while the held-out pass rate does not. It does NOT score attempts (the
+judge does) and never publishes training work.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import structlog
+
+from bus import subjects
+from bus.consumer import Delivery, consume
+from bus.messages import EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
+from bus.nats_bus import Bus
+from envs.evaluation import (Round, pick_heldout, reward_without_heldout_gain, round_assignment_id,
+                             round_of)
+from envs.intake import KvGateCache, collect, gate_many
+from runtime.config import RunConfig
+
+log = structlog.get_logger("actors.evaluator")
+HISTORY = 100
+
+
+class Evaluator:
+    def __init__(self, bus: Bus, config: RunConfig) -> None:
+        self.bus, self.config = bus, config
+        self.state = EvaluatorState()
+        self.heldout: list[Task] = []
+        self.ready = anyio.Event()
+        self.rounds: dict[int, Round] = {}
+        self.reported: set[int] = set()
+        "Rounds already reported: a verdict arriving after its round timed out is ignored."
+        self.rewards: dict[int, list[float]] = {}
+        self.trained = {d for d, w in config.envs.mix.items() if w > 0}
+        self.prefix = subjects.token(bus.identity.run_id or "run")
+
+    async def load(self) -> None:
+        state = await self.bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                      EvaluatorState)
+        self.state = state or EvaluatorState()
+
+    async def save(self) -> None:
+        await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, self.state)
+
+    async def intake(self) -> None:
+        """Gate a fixed held-out subset per domain (a few spares cover rejections)."""
+        per_domain = self.config.evaluator.tasks_per_domain
+        tasks, _ = collect(self.config.envs, seed=self.config.run.seed, split="heldout")
+        gates = {t.task_id: g for t, g in tasks}
+        spare = per_domain + per_domain // 4 + 2
+        candidates = [t for group in pick_heldout([t for t, _ in tasks], spare).values()
+                      for t in group]
+        accepted: list[Task] = []
+
+        async def on_gated(task: Task, report) -> None:
+            if report.accepted:
+                accepted.append(task)
+
+        await gate_many([(t, gates[t.task_id]) for t in candidates],
+                        self.config.envs.gates.sandbox, on_gated,
+                        concurrency=self.config.envs.gates.concurrency, cache=KvGateCache(self.bus))
+        chosen = pick_heldout(accepted, per_domain)
+        self.heldout = [t for domain in sorted(chosen) for t in chosen[domain]]
+        log.info("evaluator.heldout_ready", tasks=len(self.heldout),
+                 domains={d: len(ts) for d, ts in chosen.items()},
+                 transfer=sorted(set(chosen) - self.trained))
+        self.ready.set()
+
+    async def start_round(self, version: int) -> None:
+        items = []
+        for i, task in enumerate(self.heldout):
+            aid = round_assignment_id(self.prefix, version, i)
+            items.append((aid, TaskAssignment(assignment_id=aid, task=task, group_size=1,
+                                              admitted_version=version, purpose="eval",
+                                              created_at=time.time())))
+        self.rounds[version] = Round(version, len(items), time.monotonic())
+        new = await self.bus.publish_many(subjects.TASKS, items)
+        self.state.last_round = version
+        await self.save()
+        log.info("evaluator.round_started", version=version, assignments=len(items), new=new)
+
+    async def watch_versions(self) -> None:
+        await self.ready.wait()
+        every = self.config.evaluator.every_versions
+        current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
+        if current is None and self.state.last_round < 0:
+            await self.start_round(0)  # the initial weights, before the learner publishes
+        async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                               WeightVersion):
+            v = current.version
+            if v > self.state.last_round and v % every == 0 and self.heldout:
+                await self.start_round(v)
+
+    async def on_eval(self, verdict: Verdict, delivery: Delivery) -> None:
+        version = round_of(verdict.attempt.group_id)
+        if version is None or verdict.attempt.purpose != "eval" or version in self.reported:
+            return
+        rnd = self.rounds.get(version)
+        if rnd is None:  # a round from before a restart: its expected size is the same set
+            await self.ready.wait()
+            rnd = self.rounds[version] = Round(version, len(self.heldout), time.monotonic())
+        rnd.add(verdict.attempt.policy_version, verdict.attempt.task.domain, verdict.outcome)
+        if rnd.complete:
+            await self.report(self.rounds.pop(version))
+
+    async def on_train(self, verdict: Verdict, delivery: Delivery) -> None:
+        if verdict.reward is not None and verdict.outcome != "dropped":
+            self.rewards.setdefault(verdict.attempt.policy_version, []).append(verdict.reward)
+
+    async def expire_rounds(self) -> None:
+        while True:
+            await anyio.sleep(5)
+            limit = self.config.evaluator.round_timeout_s
+            for version, rnd in list(self.rounds.items()):
+                if time.monotonic() - rnd.started_at > limit:
+                    await self.report(self.rounds.pop(version))
+
+    async def report(self, rnd: Round) -> None:
+        self.reported.add(rnd.version)
+        rewards = {v: sum(r) / len(r) for v, r in self.rewards.items() if r}
+        for point in rnd.points(rewards):
+            self.state.history = (self.state.history + [point])[-HISTORY:]
+            trained = {d: r for d, r in point.pass_rates.items() if d in self.trained}
+            transfer = {d: r for d, r in point.pass_rates.items() if d not in self.trained}
+            log.info("evaluator.evaluated", version=point.version, policy_version=point.version,
+                     round=rnd.version,
+                     pass_rates=point.pass_rates, attempts=point.attempts, overall=point.overall,
+                     trained=trained, transfer=transfer, train_reward=point.train_reward,
+                     complete=point.complete, dropped=rnd.dropped)
+            self.bus.stats.gauges.update({f"heldout.{d}": r for d, r in point.pass_rates.items()})
+            self.bus.stats.policy_version = max(self.bus.stats.policy_version, point.version)
+            cfg = self.config.evaluator
+            why = reward_without_heldout_gain(self.state.history, window=cfg.window,
+                                              reward_rise=cfg.reward_rise,
+                                              tolerance=cfg.heldout_tolerance)
+            if why:
+                log.warning("evaluator.divergence_detected", policy_version=point.version,
+                            reason=why)
+        self.bus.stats.processed += 1
+        await self.save()
+
+
+async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    """The evaluator actor (one instance per run)."""
+    ev = Evaluator(bus, config)
+    await ev.load()
+    drain = config.supervisor.drain_s
+    async with anyio.create_task_group() as background:
+        background.start_soon(ev.intake)
+        background.start_soon(ev.watch_versions)
+        background.start_soon(ev.expire_rounds)
+        async with anyio.create_task_group() as consumers:  # they return once drained
+            consumers.start_soon(lambda: consume(bus, subjects.CONSUMER_EVALUATOR, Verdict,
+                                                 ev.on_eval, max_in_flight=64, drain_s=drain))
+            consumers.start_soon(lambda: consume(bus, subjects.CONSUMER_EVALUATOR_TRAIN, Verdict,
+                                                 ev.on_train, max_in_flight=256, drain_s=drain))
+            task_status.started()
+        background.cancel_scope.cancel()

@@ -1,0 +1,246 @@
+"""The sampler: decides what the policy practises next and admits it within the staleness bound.
+
+Consumes the configured environments (generated or read, then gated at intake), train
+verdicts (its own durable consumer on `whet.v1.verdicts.train`) and the policy version (KV
+whet-policy `current`; version 0 until the learner publishes). Publishes `TaskAssignment`s
+on `whet.v1.tasks`, with ids derived from a persisted sequence number, so a restarted
+sampler re-publishes the same ids and JetStream stores each once.
+
+- What: `envs.curriculum` (band, ladder, mix, replay) chooses among gated training tasks.
+- How much: `envs.admission` admits whole groups while
+  in_flight + produced <= (version + staleness + 1) * batch_size.
+- Counters are saved in KV whet-run before the verdicts they count are acked, with the ids
+  counted, so a redelivered verdict is never counted twice. Pass rates are saved every
+  `snapshot_s` (a crash loses at most that much curriculum evidence, never budget).
+
+It does NOT sample from the model, run attempts, or touch held-out tasks: those are the
+evaluator's, and the curriculum refuses them.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import anyio
+import msgspec
+import structlog
+
+from bus import subjects
+from bus.consumer import Delivery, consume
+from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVersion
+from bus.nats_bus import Bus
+from envs.admission import AdmissionCounters, admissible_groups
+from envs.curriculum import Curriculum
+from envs.intake import KvGateCache, collect, gate_many
+from runtime.config import RunConfig
+
+log = structlog.get_logger("actors.sampler")
+CHUNK = 256 * 1024
+FLUSH_S = 0.2
+
+
+class Sampler:
+    """One sampler's state: pool, counters, version, and what is counted but not yet acked."""
+
+    def __init__(self, bus: Bus, config: RunConfig) -> None:
+        self.bus, self.config = bus, config
+        self.curriculum = Curriculum(config.sampler, config.envs.mix)
+        self.tasks: dict[str, Task] = {}
+        self.counters = AdmissionCounters()
+        self.version = 0
+        self.unacked: list[Delivery] = []
+        self.counted_ids: list[str] = []
+        self.skip_ids: set[str] = set()
+        self.changed = anyio.Event()
+        self.id_prefix = subjects.token(bus.identity.run_id or "run")
+
+    def wake(self) -> None:
+        self.changed.set()
+
+    async def wait_change(self, timeout_s: float) -> None:
+        self.changed = anyio.Event()
+        with anyio.move_on_after(timeout_s):
+            await self.changed.wait()
+
+    # --- persistence -------------------------------------------------------------------
+
+    async def load(self) -> None:
+        state = await self.bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
+        if state is not None:
+            self.counters = AdmissionCounters(state.admitted, state.judged, state.produced,
+                                              state.next_seq)
+            self.skip_ids = set(state.counted)
+        current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
+        self.version = current.version if current else 0
+        log.info("sampler.resumed", admitted=self.counters.admitted, judged=self.counters.judged,
+                 produced=self.counters.produced, next_seq=self.counters.next_seq,
+                 version=self.version)
+
+    async def save(self) -> int:
+        """Save the counters and the verdict ids counted since the last flush; returns how
+        many ids the saved state holds (built before the first await, so consistent)."""
+        c = self.counters
+        state = SamplerState(admitted=c.admitted, judged=c.judged, produced=c.produced,
+                             next_seq=c.next_seq, counted=list(self.counted_ids))
+        await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, state)
+        return len(state.counted)
+
+    async def settle(self) -> None:
+        """Save, then ack the verdicts the save covers."""
+        batch, self.unacked = self.unacked, []
+        saved = await self.save()
+        del self.counted_ids[:saved]
+        for delivery in batch:
+            await delivery.ack()
+        self.bus.stats.gauges.update(self.gauges())
+
+    async def save_rates(self) -> None:
+        data = msgspec.msgpack.encode(self.curriculum.snapshot())
+        chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
+        for n, chunk in enumerate(chunks):
+            await self.bus.kv_put_bytes(subjects.BUCKET_RUN, f"{subjects.KEY_SAMPLER_RATES}.{n}", chunk)
+        await self.bus.kv_put_bytes(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_RATES,
+                                    str(len(chunks)).encode())
+
+    async def load_rates(self) -> None:
+        count = await self.bus.kv_get_bytes(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_RATES)
+        if not count:
+            return
+        parts = [await self.bus.kv_get_bytes(subjects.BUCKET_RUN,
+                                             f"{subjects.KEY_SAMPLER_RATES}.{n}")
+                 for n in range(int(count))]
+        if any(p is None for p in parts):
+            log.warning("sampler.rates_incomplete", chunks=int(count))
+            return
+        self.curriculum.restore(msgspec.msgpack.decode(b"".join(parts)))  # type: ignore[arg-type]
+
+    # --- verdicts ----------------------------------------------------------------------
+
+    async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
+        if verdict.verdict_id in self.skip_ids:
+            return  # counted before a restart; its ack was lost
+        if verdict.attempt.purpose != "train":
+            return
+        if verdict.outcome != "dropped":  # an infrastructure failure says nothing of the task
+            self.curriculum.record(verdict.attempt.task.task_id, verdict.outcome == "pass",
+                                   verdict.attempt.group_id)
+        self.counters.judged += 1
+        self.counters.produced += 1 if verdict.trainable else 0
+        self.counted_ids.append(verdict.verdict_id)
+        delivery.defer()
+        self.unacked.append(delivery)
+        self.wake()
+
+    async def flush(self) -> None:
+        """Settle counted verdicts every FLUSH_S."""
+        while True:
+            await anyio.sleep(FLUSH_S)
+            if self.unacked:
+                await self.settle()
+
+    # --- admission ---------------------------------------------------------------------
+
+    def admissible(self) -> int:
+        t = self.config.training
+        return admissible_groups(in_flight=self.counters.in_flight, produced=self.counters.produced,
+                                 version=self.version, max_staleness=t.staleness,
+                                 batch_size=t.batch_size, group_size=t.group_size)
+
+    def next_assignments(self, n: int) -> list[tuple[str, TaskAssignment]]:
+        """Up to `n` assignments, each chosen with an rng seeded by its sequence number."""
+        out = []
+        group = self.config.training.group_size
+        for _ in range(n):
+            seq = self.counters.next_seq
+            task_id = self.curriculum.choose(random.Random(f"{self.config.run.seed}/{seq}"))
+            if task_id is None:
+                break
+            task = self.tasks[task_id]
+            assert task.split == "train", task_id  # the curriculum never holds held-out tasks
+            aid = f"{self.id_prefix}-s{seq:09d}"
+            out.append((aid, TaskAssignment(assignment_id=aid, task=task, group_size=group,
+                                            admitted_version=self.version, purpose="train",
+                                            created_at=time.time())))
+            self.counters.next_seq += 1
+            self.counters.admitted += group
+        return out
+
+    async def admit(self) -> None:
+        """Publish whatever the bound allows, until the bus stops."""
+        while not self.bus.stopping.is_set():
+            groups = self.admissible()
+            if groups <= 0 or len(self.curriculum) < self.config.sampler.min_pool:
+                await self.wait_change(1.0)
+                continue
+            items = self.next_assignments(min(groups, self.config.sampler.max_batch))
+            if not items:
+                await self.wait_change(1.0)
+                continue
+            new = await self.bus.publish_many(subjects.TASKS, items)
+            await self.save()
+            self.bus.stats.processed += len(items)
+            self.bus.stats.gauges.update(self.gauges())
+            log.info("tasks.admitted", assignments=len(items), new=new, version=self.version,
+                     in_flight=self.counters.in_flight, produced=self.counters.produced)
+
+    def gauges(self) -> dict[str, float]:
+        c = self.counters
+        return {**self.curriculum.gauges(), "admitted": float(c.admitted),
+                "in_flight": float(c.in_flight), "produced": float(c.produced)}
+
+    async def watch_version(self) -> None:
+        async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                               WeightVersion):
+            if current.version != self.version:
+                self.version = current.version
+                self.bus.stats.policy_version = current.version
+                self.wake()
+
+    async def intake(self) -> None:
+        """Gate the training tasks and add each accepted one to the pool as it passes."""
+        cfg = self.config.envs
+        tasks, errors = collect(cfg, seed=self.config.run.seed, split="train")
+        for error in errors:
+            log.warning("tasks.bad_record", error=str(error))
+
+        async def accepted(task: Task, report) -> None:
+            if report.accepted:
+                self.tasks[task.task_id] = task
+                self.curriculum.add(task.task_id, task.domain, int(task.difficulty), task.split)
+                self.wake()
+
+        tally = await gate_many(tasks, cfg.gates.sandbox, accepted,
+                                concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus))
+        await self.load_rates()
+        self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
+        pooled = set(self.curriculum.rungs)
+        log.info("intake.completed", accepted=tally.accepted, rejected=dict(tally.rejected),
+                 bad_records=len(errors), pool=len(self.curriculum),
+                 not_trained=sorted(pooled - set(self.curriculum.mix)))
+        if set(self.curriculum.mix) - pooled:
+            log.warning("intake.mix_without_tasks", domains=sorted(set(self.curriculum.mix) - pooled))
+
+    async def snapshots(self) -> None:
+        while True:
+            await anyio.sleep(self.config.sampler.snapshot_s)
+            await self.save_rates()
+
+
+async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    """The sampler actor (one instance per run)."""
+    sampler = Sampler(bus, config)
+    await sampler.load()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sampler.watch_version)
+        tg.start_soon(sampler.flush)
+        tg.start_soon(sampler.intake)
+        tg.start_soon(sampler.snapshots)
+        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_SAMPLER, Verdict, sampler.on_verdict,
+                                      max_in_flight=256, drain_s=config.supervisor.drain_s))
+        task_status.started()
+        await sampler.admit()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+            await sampler.settle()
+            await sampler.save_rates()
+        tg.cancel_scope.cancel()

@@ -1,0 +1,125 @@
+"""Config sections of the task side: `[envs]` (with `[envs.gates]`), `[sampler]`, `[evaluator]`.
+
+Consumes TOML tables (through `runtime.config`); declares typed, bounded sections. Importable
+without torch or a bus connection. It does not load environments (`envs.registry` does).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+from runtime.section import Section
+from sandbox.config import SandboxConfig
+
+Share = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Positive = Annotated[float, msgspec.Meta(gt=0.0)]
+
+
+class EnvEntry(Section):
+    target: str = ""
+    "'module:ATTRIBUTE' of an `Environment`; empty means the built-in of the entry's name."
+    file: str = ""
+    "A JSONL file of Task records to use instead of a generator (bad lines are reported)."
+    count: Annotated[int, msgspec.Meta(ge=0)] = 300
+    "Tasks to generate (or, for a file, most tasks to read)."
+    heldout_share: Share = 0.1
+    "Share of its tasks set aside for evaluation, chosen by content hash (stable)."
+    all_heldout: bool = False
+    "Every task is held out (a benchmark such as HumanEval): never trained on."
+    levels: list[Annotated[int, msgspec.Meta(ge=0)]] = []
+    "Rungs to generate; empty generates every rung evenly."
+    gate: bool = True
+    "Run the intake gates on its tasks."
+    checks: list[Literal["determinism", "mutation"]] | None = None
+    "Gates for this environment instead of `[envs.gates].checks` (a benchmark may skip mutation)."
+    enabled: bool = True
+    "False keeps the entry in the file but unused."
+
+
+class GateConfig(Section):
+    checks: list[Literal["determinism", "mutation"]] = msgspec.field(
+        default_factory=lambda: ["determinism", "mutation"])
+    "Gates besides validity and solvability, which always run."
+    min_kill_rate: Share = 0.8
+    "Least share of mutants the tests must kill."
+    max_mutants: Annotated[int, msgspec.Meta(ge=1, le=500)] = 12
+    "Most mutants per task (every operator kind is represented); runs stop once decided."
+    mutant_timeout_s: Positive = 5.0
+    "Wall-clock limit of one mutant run (mutants may loop forever)."
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
+    "Sandboxed runs at once."
+    seed: int = 0
+    "Seed of the mutant choice."
+    sandbox: SandboxConfig = SandboxConfig()
+    "Backend the gates run references and mutants in."
+
+
+class EnvsConfig(Section):
+    use: dict[str, EnvEntry] = msgspec.field(default_factory=lambda: {
+        "python_functions": EnvEntry(), "data_scripts": EnvEntry(),
+        "structured_output": EnvEntry(),
+        "humaneval": EnvEntry(all_heldout=True, checks=["determinism"])})
+    "Enabled environments by name (`[envs.use.<name>]`)."
+    mix: dict[str, Share] = msgspec.field(
+        default_factory=lambda: {"python": 0.4, "data": 0.3, "structured": 0.3})
+    "Training mix by domain; a domain left out (or 0) is not trained on: it measures transfer."
+    gates: GateConfig = GateConfig()
+    "Intake gates."
+
+
+class SamplerConfig(Section):
+    band_low: Share = 0.2
+    "Lower bound of the 'just out of reach' band of pass rates."
+    band_high: Share = 0.8
+    "Upper bound of the band."
+    out_of_band_weight: Share = 0.05
+    "Weight of a task outside the band (always or never solved) relative to one inside."
+    unmeasured_weight: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
+    "Weight of a task not measured yet relative to one inside the band."
+    ladder_offsets: list[int] = msgspec.field(default_factory=lambda: [-2, -1, 0, 1])
+    "Rungs sampled, relative to a domain's frontier rung."
+    ladder_weights: list[Annotated[float, msgspec.Meta(ge=0.0)]] = msgspec.field(
+        default_factory=lambda: [0.1, 0.2, 0.5, 0.2])
+    "Weight of each offset (the ladder's shape)."
+    promote_at: Share = 0.6
+    "Frontier pass rate at which a domain's frontier moves one rung up."
+    demote_at: Share = 0.1
+    "Frontier pass rate under which it moves one rung down."
+    min_rung_attempts: Annotated[int, msgspec.Meta(ge=1)] = 32
+    "Attempts measured at the frontier since it last moved before it may move again."
+    replay_share: Share = 0.1
+    "Share of assignments replaying easy tasks (below the frontier, or solved) against forgetting."
+    rate_memory: Share = 0.7
+    "Weight old attempts keep each time a task is measured again (pass rates follow the policy)."
+    max_batch: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
+    "Most assignments admitted at once."
+    min_pool: Annotated[int, msgspec.Meta(ge=1)] = 8
+    "Gated tasks needed before sampling starts."
+    snapshot_s: Positive = 30.0
+    "Seconds between saves of per-task pass rates (counters are saved with every change)."
+
+    def __post_init__(self) -> None:
+        if self.band_low >= self.band_high:
+            raise ValueError("band_low must be below band_high")
+        if len(self.ladder_offsets) != len(self.ladder_weights) or not sum(self.ladder_weights):
+            raise ValueError("ladder_offsets and ladder_weights need the same length and a "
+                             "positive total")
+        if self.demote_at >= self.promote_at:
+            raise ValueError("demote_at must be below promote_at")
+
+
+class EvaluatorConfig(Section):
+    every_versions: Annotated[int, msgspec.Meta(ge=1)] = 1
+    "Evaluate every N-th policy version (version 0, the initial weights, included)."
+    tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40
+    "Held-out tasks per domain in each round (the same ones every round)."
+    round_timeout_s: Positive = 3600.0
+    "A round reports what it has after this long, marked incomplete."
+    window: Annotated[int, msgspec.Meta(ge=2, le=100)] = 3
+    "Evaluations compared when looking for reward rising without held-out gains."
+    reward_rise: Annotated[float, msgspec.Meta(ge=0.0)] = 0.05
+    "Rise in mean training reward over the window that counts as rising."
+    heldout_tolerance: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    "Held-out pass-rate gain at or under which held-out counts as not rising."

@@ -1,0 +1,1 @@
+"""Example environments for users to copy (see envs/README.md)."""

@@ -1,0 +1,227 @@
+"""Quality gates at intake: a task is accepted only if its reference and tests hold up.
+
+Consumes a `Task`, a sandbox backend and `GateConfig`; produces a `GateReport` (accepted, or
+rejected with reasons) and tallies of rejections by reason. Code runs only through the
+judging API (`judging.verify.check_code`), the same path the judge scores attempts with.
+
+- validity: the verifier record is complete for its kind (parsable case lists, a reference);
+- solvability: the reference passes every test;
+- determinism: a second run of the reference produces the same outputs (digest);
+- mutation: mutants of the reference (`envs.mutants`) must fail; a task whose tests kill
+  fewer than `min_kill_rate` of them is rejected, naming the mutants that survived.
+
+Difficulty is not a gate here: the sampler grades it from measured pass rates over time.
+An infrastructure failure (sandbox down) is its own reason, never blamed on the task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import anyio
+import msgspec
+
+from bus.messages import Task
+from envs.config import GateConfig
+from judging.jobs import TaskError
+from envs.mutants import Mutant, json_mutants, python_mutants
+
+KINDS = ("python_io", "python_check", "script_io", "structured")
+
+
+@dataclass
+class GateReport:
+    """What the gates found for one task."""
+
+    task_id: str
+    accepted: bool = True
+    reasons: list[str] = field(default_factory=list)
+    "Rejection reasons: invalid, unsolvable, nondeterministic, weak_tests, infra."
+    detail: list[str] = field(default_factory=list)
+    mutants: int = 0
+    killed: int = 0
+    survivors: list[str] = field(default_factory=list)
+    "Descriptions of the mutants the tests did not kill."
+    seconds: float = 0.0
+
+    @property
+    def kill_rate(self) -> float | None:
+        return self.killed / self.mutants if self.mutants else None
+
+    def reject(self, reason: str, detail: str) -> None:
+        self.accepted = False
+        self.reasons.append(reason)
+        self.detail.append(detail)
+
+
+@dataclass
+class GateTally:
+    """Accepted tasks and rejections by reason, for reports and gauges."""
+
+    accepted: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+    def add(self, report: GateReport) -> None:
+        if report.accepted:
+            self.accepted += 1
+        else:
+            self.rejected.update(report.reasons)
+
+
+def validity_problems(task: Task) -> list[str]:
+    """What is missing or malformed in the verifier record (empty when it is usable)."""
+    v = task.verifier
+    problems = []
+    if v.kind not in KINDS:
+        return [f"verifier.kind: {v.kind!r} is not one of {list(KINDS)}"]
+    if not v.reference.strip():
+        problems.append("verifier.reference: empty (the solvability gate needs one)")
+    if v.kind == "python_io" and not task.entry_point:
+        problems.append("entry_point: python_io tasks name the function to call")
+    lists = ("visible", "hidden") if v.kind in ("python_io", "script_io") else ()
+    lists += ("extra.robustness",) if "robustness" in v.extra else ()
+    lists += ("hidden",) if v.kind == "structured" else ()
+    for name in lists:
+        text = v.extra["robustness"] if name == "extra.robustness" else getattr(v, name)
+        try:
+            value = json.loads(text) if text.strip() else []
+        except ValueError as exc:
+            problems.append(f"verifier.{name}: not JSON ({exc})")
+            continue
+        if not isinstance(value, list):
+            problems.append(f"verifier.{name}: expected a JSON list")
+    if v.kind == "structured":
+        try:
+            json.loads(v.extra.get("schema", "{}"))
+            json.loads(v.reference)
+        except ValueError as exc:
+            problems.append(f"verifier.extra.schema or reference: not JSON ({exc})")
+    if task.limits.timeout_s <= 0 or task.limits.memory_mb <= 0:
+        problems.append("limits: timeout_s and memory_mb must be positive")
+    if v.kind == "python_check" and not v.hidden.strip():
+        problems.append("verifier.hidden: python_check needs the test source")
+    return problems
+
+
+def mutants_for(task: Task, *, limit: int, seed: int = 0) -> list[tuple[Mutant, str]]:
+    """(mutant, code to check) of the task's reference, at most `limit`."""
+    v = task.verifier
+    if v.kind == "structured":
+        return [(m, m.source) for m in json_mutants(v.reference, limit=limit, seed=seed)]
+    if v.kind == "python_check":
+        # The completion continues the prompt; a mutant is the whole program, whose
+        # redefinition of the entry point replaces the prompt's stub.
+        prefix = v.extra.get("prefix", "")
+        first = prefix.count("\n") + 1
+        found = python_mutants(prefix + v.reference, limit=limit, seed=seed, first_line=first)
+        return [(m, "\n" + m.source) for m in found]
+    return [(m, m.source) for m in python_mutants(v.reference, limit=limit, seed=seed)]
+
+
+def _quick(task: Task, timeout_s: float) -> Task:
+    limits = msgspec.structs.replace(task.limits, timeout_s=min(task.limits.timeout_s, timeout_s),
+                                     cpu_s=min(task.limits.cpu_s, timeout_s))
+    return msgspec.structs.replace(task, limits=limits)
+
+
+def mutation_verdict(killed: int, survived: int, total: int, min_rate: float) -> bool | None:
+    """True (tests good enough) or False (too weak) once the remaining mutants cannot change
+    the answer; None while they still can."""
+    need = math.ceil(min_rate * total - 1e-9)
+    if killed >= need:
+        return True
+    if survived > total - need:
+        return False
+    return None
+
+
+async def gate_task(task: Task, backend, config: GateConfig,
+                    limiter: anyio.CapacityLimiter | None = None) -> GateReport:
+    """Run the gates on `task` (each sandboxed run under `limiter`)."""
+    from judging.verify import check_code  # the judge's scoring path, not a second runner
+
+    limiter = limiter or anyio.CapacityLimiter(config.concurrency)
+    report = GateReport(task.task_id)
+    started = time.monotonic()
+
+    async def check(t: Task, code: str, skip=lambda: False):
+        async with limiter:
+            # decided gates start no more runs; runs already started finish (a cancelled
+            # sandbox run could leave a looping mutant behind)
+            return None if skip() else await check_code(t, code, backend)
+
+    problems = validity_problems(task)
+    if problems:
+        report.reject("invalid", "; ".join(problems))
+        return report
+    try:
+        await _reference_gates(task, report, config, check)
+    except* TaskError as group:  # the judge names the malformed verifier field
+        report.reject("invalid", f"the judge rejects the verifier data: {group.exceptions[0]}")
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _reference_gates(task: Task, report: GateReport, config: GateConfig, check) -> None:
+    runs: list = [None, None]
+
+    async def reference(i: int) -> None:
+        runs[i] = await check(task, task.verifier.reference)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(2 if "determinism" in config.checks else 1):
+            tg.start_soon(reference, i)
+    first, second = runs
+    if first.cause == "infra.bad_task":  # the judge could not use the verifier data
+        report.reject("invalid", f"the judge rejects the verifier data: {first.evidence[:300]}")
+    elif first.cause.startswith("infra"):
+        report.reject("infra", f"reference run failed in the sandbox: {first.evidence[:200]}")
+    elif not first.ok:
+        report.reject("unsolvable", f"reference fails: {first.cause} ({first.passed}/"
+                                    f"{first.total} tests) {first.evidence[:200]}")
+    elif second is not None and second.outputs_digest != first.outputs_digest:
+        report.reject("nondeterministic", "two runs of the reference produced different outputs")
+    if report.accepted and "mutation" in config.checks:
+        await _mutation_gate(task, report, config, check)
+
+
+async def _mutation_gate(task: Task, report: GateReport, config: GateConfig, check) -> None:
+    quick = _quick(task, config.mutant_timeout_s)
+    candidates = mutants_for(task, limit=config.max_mutants, seed=config.seed)
+    counts = {"infra": 0, "survived": 0}
+
+    def decided() -> bool:
+        total = len(candidates) - counts["infra"]
+        return mutation_verdict(report.killed, counts["survived"], total,
+                                config.min_kill_rate) is not None
+
+    async def run(m: Mutant, code: str) -> None:
+        outcome = await check(quick, code, decided)
+        if outcome is None:
+            return
+        if outcome.cause.startswith("infra"):
+            counts["infra"] += 1
+            return
+        report.mutants += 1
+        if outcome.ok:
+            counts["survived"] += 1
+            report.survivors.append(f"{m.operator}: {m.description}")
+        else:
+            report.killed += 1
+
+    async with anyio.create_task_group() as tg:
+        for mutant, code in candidates:
+            tg.start_soon(run, mutant, code)
+    if counts["infra"]:
+        report.detail.append(f"{counts['infra']} mutant runs failed in the sandbox; not counted")
+    if report.mutants < len(candidates) - counts["infra"]:
+        report.detail.append(f"decided after {report.mutants} of {len(candidates)} mutants")
+    total = len(candidates) - counts["infra"]
+    if mutation_verdict(report.killed, counts["survived"], total, config.min_kill_rate) is False:
+        report.reject("weak_tests", f"tests kill {report.killed} of {report.mutants} mutants run "
+                                    f"(need {config.min_kill_rate:.0%} of {total}); survivors: "
+                                    + "; ".join(sorted(report.survivors)))

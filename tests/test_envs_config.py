@@ -1,0 +1,27 @@
+"""The task side's config sections: bad values name the file, key and expectation."""
+
+from __future__ import annotations
+
+import pytest
+
+from bus.errors import ConfigError
+from runtime.config import load
+
+
+@pytest.mark.parametrize("text, key, expectation", [
+    ("[sampler]\nband_low = 0.9\nband_high = 0.5\n", "sampler", "band_low must be below band_high"),
+    ("[sampler]\nladder_offsets = [0, 1]\nladder_weights = [1.0]\n", "sampler", "same length"),
+    ("[sampler]\nreplay_share = 1.5\n", "sampler.replay_share", "<= 1.0"),
+    ("[envs.use.python_functions]\ncount = -1\n", "envs.use.<key>.count", ">= 0"),
+    ("[envs.use.python_functions]\nchecks = ['vibes']\n", "envs.use.<key>.checks.0", "expected one of ['determinism', 'mutation']"),
+    ("[envs.gates]\nmin_kill_rate = 2\n", "envs.gates.min_kill_rate", "<= 1.0"),
+    ("[evaluator]\nevery_versions = 0\n", "evaluator.every_versions", ">= 1"),
+])
+def test_bad_task_side_values_are_named(tmp_path, text, key, expectation):
+    """Each mistake names the file, the key and what was expected."""
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert err.value.key == key and expectation in err.value.problem, str(err.value)
+    assert str(path) in str(err.value)

@@ -1,0 +1,109 @@
+"""Generators: tasks in bulk across the ladder, varied, deterministic, in the verifier formats."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import pytest
+
+from envs import registry
+from envs.config import EnvEntry
+from envs.environment import generate
+from envs.gates import validity_problems
+from envs.mutants import json_mutants, python_mutants
+
+GENERATED = ("python_functions", "data_scripts", "structured_output")
+KIND = {"python_functions": "python_io", "data_scripts": "script_io",
+        "structured_output": "structured"}
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_each_environment_fills_every_rung_with_valid_distinct_tasks(name):
+    """300 tasks spread over every rung, all distinct, complete records of the right kind."""
+    env = registry.resolve(name, EnvEntry())
+    tasks = list(generate(env, 300, seed=3))
+    assert len(tasks) == 300
+    assert len({t.task_id for t in tasks}) == 300
+    assert len({t.prompt for t in tasks}) == 300
+    rungs = collections.Counter(int(t.difficulty) for t in tasks)
+    assert set(rungs) == set(range(env.levels)) and min(rungs.values()) >= 300 // env.levels - 1
+    for task in tasks:
+        assert task.verifier.kind == KIND[name]
+        assert validity_problems(task) == [], task.task_id
+        assert task.env == name and task.domain == env.domain and task.split == "train"
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_generation_is_not_monotonous(name):
+    """Many families, openers and closing lines: no single format dominates."""
+    env = registry.resolve(name, EnvEntry())
+    tasks = list(generate(env, 200, seed=1))
+    openers = collections.Counter(t.prompt.split()[0] + " " + t.prompt.split()[1] for t in tasks)
+    closers = collections.Counter(t.prompt.strip().splitlines()[-1] for t in tasks)
+    assert len(openers) >= 4 and max(openers.values()) < 0.5 * len(tasks), openers
+    assert len(closers) >= 3 and max(closers.values()) < 0.6 * len(tasks), closers
+    if name == "python_functions":
+        names = {t.entry_point for t in tasks}
+        assert len(names) >= 40, names
+
+
+@pytest.mark.parametrize("name", GENERATED)
+def test_generation_is_deterministic_in_the_seed(name):
+    """The same seed gives the same tasks; another seed gives others."""
+    env = registry.resolve(name, EnvEntry())
+    first = [t.task_id for t in generate(env, 20, seed=7)]
+    assert first == [t.task_id for t in generate(env, 20, seed=7)]
+    assert set(first).isdisjoint(t.task_id for t in generate(env, 20, seed=8))
+
+
+def test_heldout_share_is_stable_and_about_right():
+    """The held-out split is a content property: the same tasks, about the asked share."""
+    env = registry.resolve("python_functions", EnvEntry())
+    tasks = list(generate(env, 400, seed=2, heldout_share=0.25))
+    held = {t.task_id for t in tasks if t.split == "heldout"}
+    assert 0.15 * 400 < len(held) < 0.35 * 400
+    again = {t.task_id for t in generate(env, 400, seed=2, heldout_share=0.25)
+             if t.split == "heldout"}
+    assert held == again
+
+
+def test_expected_values_match_the_reference():
+    """python_io expected values are what the reference returns for those arguments."""
+    env = registry.resolve("python_functions", EnvEntry())
+    for task in generate(env, 30, seed=4):
+        scope: dict = {}
+        exec(task.verifier.reference, scope)
+        fn = scope[task.entry_point]
+        for case in json.loads(task.verifier.hidden):
+            assert fn(*case["args"]) == case["expected"], task.task_id
+
+
+def test_python_mutants_cover_every_operator_and_name_the_line():
+    """Operator swaps, off-by-one, constant changes and dropped statements, each located."""
+    source = ("def f(xs, k):\n    \"\"\"Doc.\"\"\"\n    out = []\n    for x in range(len(xs)):\n"
+              "        if xs[x] > k and not x == 2:\n            out.append(xs[x] * 3)\n"
+              "    return out\n")
+    mutants = python_mutants(source)
+    kinds = collections.Counter(m.operator for m in mutants)
+    assert set(kinds) == {"operator_swap", "off_by_one", "constant_change", "dropped_statement"}
+    described = {m.description for m in mutants}
+    assert "line 5: '>' -> '>='" in described
+    assert "line 6: 3 -> 4" in described
+    assert any(d.startswith("line 6: dropped `out.append") for d in described)
+    assert not any("Doc." in d for d in described)  # docstrings are not mutated
+    assert len({m.source for m in mutants}) == len(mutants)
+    for m in mutants:
+        compile(m.source, "<mutant>", "exec")
+    limited = python_mutants(source, limit=4)
+    assert len(limited) == 4 and len({m.operator for m in limited}) == 4
+
+
+def test_json_mutants_change_values_and_drop_keys():
+    """Each value changed and each key and last list item dropped, with a path."""
+    mutants = json_mutants('{"a": 1, "b": [true, "xy"], "c": {"d": null}}')
+    described = {m.description for m in mutants}
+    assert {"$.a: 1 -> 2", "$.b[0]: True -> False", "$.b[1]: 'xy' -> 'x'", "$.c: key dropped",
+            "$.b[1]: last item dropped", "$.c.d: null -> 0"} <= described
+    assert all(json.loads(m.source) != {"a": 1, "b": [True, "xy"], "c": {"d": None}}
+               for m in mutants)

@@ -1,0 +1,105 @@
+"""Task files and `whet tasks`: a broken line is named (line and field), the rest is kept."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+
+from envs import registry, taskfile
+from envs.config import EnvEntry
+from envs.environment import generate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _whet(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+
+
+def _good_lines(n: int) -> list[str]:
+    env = registry.resolve("structured_output", EnvEntry())
+    return [msgspec.json.encode(t).decode() for t in generate(env, n, seed=5)]
+
+
+def _broken_file(tmp_path: Path) -> Path:
+    good = _good_lines(3)
+    bad_kind = json.loads(good[1])
+    bad_kind["verifier"]["kind"] = 7
+    no_prompt = json.loads(good[2])
+    del no_prompt["prompt"]
+    lines = [good[0], json.dumps(bad_kind), "{not json", good[1], json.dumps(no_prompt),
+             "", good[2]]
+    path = tmp_path / "tasks.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_broken_lines_are_named_and_the_rest_is_read(tmp_path):
+    """Each bad line gives an error with file, line and field; good lines all come through."""
+    found = taskfile.read(_broken_file(tmp_path))
+    assert len(found.tasks) == 3
+    errors = [str(e) for e in found.errors]
+    assert len(errors) == 3, errors
+    assert errors[0].endswith("tasks.jsonl:2: verifier.kind: Expected `str`, got `int`")
+    assert ":3: not JSON" in errors[1]
+    assert errors[2].endswith("tasks.jsonl:5: prompt: required field missing")
+
+
+def test_repeated_ids_and_wrong_versions_are_named(tmp_path):
+    """A repeated task id and a task of an unknown schema version are errors, not crashes."""
+    good = _good_lines(1)[0]
+    newer = json.loads(good)
+    newer["t"] = "whet.task.v9"
+    newer["task_id"] = "x/other"
+    found = taskfile.read_text("\n".join([good, good, json.dumps(newer)]), "f.jsonl")
+    assert len(found.tasks) == 1
+    assert "f.jsonl:2: task_id:" in str(found.errors[0]) and "repeats line 1" in str(found.errors[0])
+    assert "f.jsonl:3: t:" in str(found.errors[1]) and "whet.task.v1" in str(found.errors[1])
+
+
+def test_whet_tasks_check_reports_each_task_and_each_bad_line(tmp_path):
+    """`whet tasks check` gates the good tasks, names the bad lines, and exits 1."""
+    result = _whet("tasks", "check", str(_broken_file(tmp_path)), "--json", cwd=ROOT)
+    assert result.returncode == 1, result.stderr
+    reports = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(reports) == 3 and all(r["accepted"] for r in reports)
+    assert all(r["killed"] == r["mutants"] > 0 for r in reports)
+    assert "tasks.jsonl:2: verifier.kind" in result.stderr
+    assert "tasks.jsonl:5: prompt: required field missing" in result.stderr
+    assert "3 tasks checked, 3 bad lines" in result.stderr
+
+
+def test_whet_tasks_generate_writes_gated_tasks(tmp_path):
+    """`whet tasks generate ENV --count N` writes N tasks that read back cleanly."""
+    out = tmp_path / "gen.jsonl"
+    result = _whet("tasks", "generate", "structured_output", "--count", "4", "--out", str(out),
+                   cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    found = taskfile.read(out)
+    assert len(found.tasks) == 4 and not found.errors
+    assert "4 tasks written" in result.stderr
+
+
+def test_whet_tasks_import_humaneval(tmp_path):
+    """The wheel's HumanEval imports as 164 held-out tasks; a broken line is named."""
+    out = tmp_path / "he.jsonl"
+    result = _whet("tasks", "import", "humaneval", "--out", str(out), cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    tasks = taskfile.read(out).tasks
+    assert len(tasks) == 164 and {t.split for t in tasks} == {"heldout"}
+    assert {t.verifier.kind for t in tasks} == {"python_check"}
+    source = tmp_path / "mini.jsonl"
+    record = {"task_id": "M/0", "prompt": "def f():\n", "canonical_solution": "    return 1\n",
+              "test": "def check(candidate):\n    assert candidate() == 1\n", "entry_point": "f"}
+    broken = dict(record, task_id="M/1")
+    del broken["entry_point"]
+    source.write_text(json.dumps(record) + "\n" + json.dumps(broken) + "\n")
+    result = _whet("tasks", "import", "humaneval", str(source), "--out", str(out), cwd=ROOT)
+    assert len(taskfile.read(out).tasks) == 1
+    assert "mini.jsonl:2: entry_point" in result.stderr, result.stderr
