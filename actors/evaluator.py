@@ -7,9 +7,10 @@ mean training reward by policy version). For every `every_versions`-th version i
 a round: each chosen held-out task once, as `TaskAssignment(purpose="eval", group_size=1)`
 on `whet.v1.tasks`, with ids derived from the round, so a restart re-publishes nothing new.
 
-Produces, per policy version of the attempts, an `evaluator.evaluated` event with pass rates
-by domain, split into trained domains and transfer (domains the mix does not train on), and
-heartbeat gauges `heldout.<domain>`; and an `evaluator.divergence_detected` warning when the
+Produces, per policy version of the attempts, an `evaluator.evaluated` event (fields
+`version`, `overall`, `complete`, `pass_rates` by domain, `trained`, `transfer` (domains the
+mix does not train on), `attempts`, `train_reward`; the monitor and `whet` progress read them)
+and heartbeat gauges `heldout.<domain>`; and an `evaluator.divergence_detected` warning when the
 training reward rises while the held-out pass rate does not. It does NOT score attempts (the
 judge does) and never publishes training work.
 """
@@ -135,7 +136,8 @@ class Evaluator:
             self.state.history = (self.state.history + [point])[-HISTORY:]
             trained = {d: r for d, r in point.pass_rates.items() if d in self.trained}
             transfer = {d: r for d, r in point.pass_rates.items() if d not in self.trained}
-            log.info("evaluator.evaluated", policy_version=point.version, round=rnd.version,
+            log.info("evaluator.evaluated", version=point.version, policy_version=point.version,
+                     round=rnd.version,
                      pass_rates=point.pass_rates, attempts=point.attempts, overall=point.overall,
                      trained=trained, transfer=transfer, train_reward=point.train_reward,
                      complete=point.complete, dropped=rnd.dropped)

@@ -93,6 +93,7 @@ class Sampler:
         del self.counted_ids[:saved]
         for delivery in batch:
             await delivery.ack()
+        self.bus.stats.gauges.update(self.gauges())
 
     async def save_rates(self) -> None:
         data = msgspec.msgpack.encode(self.curriculum.snapshot())

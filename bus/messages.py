@@ -423,6 +423,50 @@ class DeadLetter(Message, tag="whet.dead_letter.v1"):
     "Unix time."
 
 
+# --- task-side state -----------------------------------------------------------------------
+
+
+class SamplerState(Message, tag="whet.sampler_state.v1"):
+    """Sampler to itself across restarts (KV whet-run `sampler.state`): admission counters."""
+
+    admitted: int = 0
+    "Training attempts admitted (group_size per assignment)."
+    judged: int = 0
+    "Training attempts whose final verdict was counted."
+    produced: int = 0
+    "Counted verdicts that were trainable."
+    next_seq: int = 0
+    "Sequence number of the next assignment; assignment ids derive from it."
+    counted: list[str] = []
+    "Verdict ids counted since the previous save: a redelivery of one is not counted again."
+
+
+class EvalPoint(Part):
+    """One evaluation: held-out pass rates of one policy version."""
+
+    version: int
+    "Policy version of the attempts."
+    pass_rates: dict[str, float] = {}
+    "Held-out pass rate by domain."
+    attempts: dict[str, int] = {}
+    "Held-out attempts judged by domain."
+    overall: float = 0.0
+    "Pass rate over every held-out attempt of this version."
+    train_reward: float | None = None
+    "Mean training reward of attempts sampled by this version, if any were judged."
+    complete: bool = True
+    "False when the round timed out before every verdict arrived."
+
+
+class EvaluatorState(Message, tag="whet.evaluator_state.v1"):
+    """Evaluator to itself across restarts (KV whet-run `evaluator.state`)."""
+
+    last_round: int = -1
+    "Policy version of the last round published."
+    history: list[EvalPoint] = []
+    "Recent evaluations, oldest first."
+
+
 # --- monitoring and traces -----------------------------------------------------------------
 
 
@@ -541,50 +585,6 @@ class MetricsSnapshot(Message, tag="whet.metrics.v1"):
     "Names of the alerts active now."
 
 
-# --- task-side state -----------------------------------------------------------------------
-
-
-class SamplerState(Message, tag="whet.sampler_state.v1"):
-    """Sampler to itself across restarts (KV whet-run `sampler.state`): admission counters."""
-
-    admitted: int = 0
-    "Training attempts admitted (group_size per assignment)."
-    judged: int = 0
-    "Training attempts whose final verdict was counted."
-    produced: int = 0
-    "Counted verdicts that were trainable."
-    next_seq: int = 0
-    "Sequence number of the next assignment; assignment ids derive from it."
-    counted: list[str] = []
-    "Verdict ids counted since the previous save: a redelivery of one is not counted again."
-
-
-class EvalPoint(Part):
-    """One evaluation: held-out pass rates of one policy version."""
-
-    version: int
-    "Policy version of the attempts."
-    pass_rates: dict[str, float] = {}
-    "Held-out pass rate by domain."
-    attempts: dict[str, int] = {}
-    "Held-out attempts judged by domain."
-    overall: float = 0.0
-    "Pass rate over every held-out attempt of this version."
-    train_reward: float | None = None
-    "Mean training reward of attempts sampled by this version, if any were judged."
-    complete: bool = True
-    "False when the round timed out before every verdict arrived."
-
-
-class EvaluatorState(Message, tag="whet.evaluator_state.v1"):
-    """Evaluator to itself across restarts (KV whet-run `evaluator.state`)."""
-
-    last_round: int = -1
-    "Policy version of the last round published."
-    history: list[EvalPoint] = []
-    "Recent evaluations, oldest first."
-
-
 TOP_LEVEL: tuple[type[Message], ...] = (
     Task,
     TaskAssignment,
@@ -597,10 +597,10 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     ScaleTarget,
     Event,
     DeadLetter,
-    Trial,
-    MetricsSnapshot,
     SamplerState,
     EvaluatorState,
+    Trial,
+    MetricsSnapshot,
 )
 "Every top-level message type, for codec checks and tests."
 

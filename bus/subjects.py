@@ -46,16 +46,14 @@ BUCKET_WEIGHTS = "whet-weights"
 "Object store: one object per published weight version."
 
 KEY_POLICY = "current"
-KEY_METRICS = "monitor.metrics"
-"whet-run: the monitor's latest `MetricsSnapshot`."
 KEY_SAMPLER_STATE = "sampler.state"
 "whet-run: the sampler's admission counters (`SamplerState`)."
 KEY_SAMPLER_RATES = "sampler.rates"
 "whet-run: the sampler's per-task pass rates, in chunks `sampler.rates.<n>` (msgpack)."
-KEY_GATE_PREFIX = "gate"
-"whet-run: `gate.<digest>` holds one task's intake gate report (JSON), reused after a restart."
 KEY_EVALUATOR_STATE = "evaluator.state"
 "whet-run: the evaluator's last round and history (`EvaluatorState`)."
+KEY_METRICS = "monitor.metrics"
+"whet-run: the monitor's latest `MetricsSnapshot`."
 
 _TOKEN_OK = re.compile(r"[^a-z0-9_-]")
 
@@ -140,6 +138,12 @@ def actor_key(kind: str, instance: str) -> str:
 def actor_keys(kind: str) -> str:
     """KV key pattern of every heartbeat of an actor kind."""
     return f"{token(kind)}.*"
+
+
+def gate_key(owner: str, digest: str) -> str:
+    """whet-run key of one task's intake gate report (JSON), kept under its owner's prefix
+    (`sampler.gate.<digest>`) so the owner's write grant covers it."""
+    return f"{token(owner)}.gate.{digest}"
 
 
 def scale_key(kind: str) -> str:
@@ -234,11 +238,11 @@ CONSUMER_ATTEMPTS = ConsumerSpec(STREAM_ATTEMPTS, "judge-attempts", ATTEMPTS)
 CONSUMER_EXEC = ConsumerSpec(STREAM_EXEC, "executor", EXEC_REQUESTS)
 CONSUMER_EXEC_DONE = ConsumerSpec(STREAM_EXEC_DONE, "judge", EXEC_DONE)
 CONSUMER_LEARNER = ConsumerSpec(STREAM_VERDICTS, "learner", f"{VERDICTS}.train")
-CONSUMER_MONITOR_TRAIN = ConsumerSpec(STREAM_VERDICTS, "monitor-train", f"{VERDICTS}.train")
-CONSUMER_MONITOR_EVAL = ConsumerSpec(STREAM_VERDICTS, "monitor-eval", f"{VERDICTS}.eval")
 CONSUMER_SAMPLER = ConsumerSpec(STREAM_VERDICTS, "sampler", f"{VERDICTS}.train")
 "Train verdicts for the sampler's pass rates and staleness counters."
 CONSUMER_EVALUATOR = ConsumerSpec(STREAM_VERDICTS, "evaluator", f"{VERDICTS}.eval")
 "Eval verdicts: held-out pass rates."
 CONSUMER_EVALUATOR_TRAIN = ConsumerSpec(STREAM_VERDICTS, "evaluator-train", f"{VERDICTS}.train")
 "Train verdicts for the evaluator's training-reward trend."
+CONSUMER_MONITOR_TRAIN = ConsumerSpec(STREAM_VERDICTS, "monitor-train", f"{VERDICTS}.train")
+CONSUMER_MONITOR_EVAL = ConsumerSpec(STREAM_VERDICTS, "monitor-eval", f"{VERDICTS}.eval")

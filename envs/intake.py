@@ -57,16 +57,16 @@ def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Ta
 
 
 class KvGateCache:
-    """Gate reports kept in KV whet-run (`gate.<digest>`), so a restarted actor does not
-    gate its tasks again. The digest covers the task's content id and the gate settings."""
+    """Gate reports kept in KV whet-run (`<actor kind>.gate.<digest>`), so a restarted actor
+    does not gate its tasks again. The digest covers the task's content id and the gates."""
 
     def __init__(self, bus) -> None:
         self.bus = bus
 
-    @staticmethod
-    def key(task: Task, gates: GateConfig) -> str:
+    def key(self, task: Task, gates: GateConfig) -> str:
         body = task.task_id + "|" + msgspec.json.encode(gates).decode()
-        return f"{subjects.KEY_GATE_PREFIX}.{hashlib.sha256(body.encode()).hexdigest()[:32]}"
+        return subjects.gate_key(self.bus.identity.kind,
+                                 hashlib.sha256(body.encode()).hexdigest()[:32])
 
     async def get(self, task: Task, gates: GateConfig) -> GateReport | None:
         raw = await self.bus.kv_get_bytes(subjects.BUCKET_RUN, self.key(task, gates))

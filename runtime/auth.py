@@ -125,13 +125,10 @@ def actor_base(role: str, kinds: list[str]) -> Grant:
 WORK_STREAMS = [s.STREAM_TASKS, s.STREAM_TURNS, s.STREAM_ATTEMPTS, s.STREAM_EXEC,
                 s.STREAM_EXEC_DONE, s.STREAM_VERDICTS, s.STREAM_DLQ]
 VERDICTS_ALL = f"{s.VERDICTS}.>"
-GATE_REPORTS = f"{s.KEY_GATE_PREFIX}.>"
-"Intake gate reports the sampler and the evaluator keep (KV whet-run), reused after a restart."
 
 ROLE_GRANTS: dict[str, Grant] = {
     "sampler": (publishes(s.TASKS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
-                | kv_writes(s.BUCKET_RUN, "sampler.>") | kv_writes(s.BUCKET_RUN, GATE_REPORTS)
-                | observes(WORK_STREAMS)),
+                | kv_writes(s.BUCKET_RUN, "sampler.>") | observes(WORK_STREAMS)),
     "generator": (consumes(s.STREAM_TASKS) | consumes(s.STREAM_TURNS) | publishes(s.ATTEMPTS)
                   | kv_reads(s.BUCKET_POLICY) | weights_read()),
     "executor": consumes(s.STREAM_EXEC) | publishes(s.EXEC_DONE),
@@ -140,8 +137,7 @@ ROLE_GRANTS: dict[str, Grant] = {
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)
                 | weights_write() | kv_reads(s.BUCKET_RUN)),
     "evaluator": (publishes(s.TASKS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
-                  | kv_writes(s.BUCKET_RUN, "evaluator.>") | kv_writes(s.BUCKET_RUN, GATE_REPORTS)
-                  | weights_read()),
+                  | kv_writes(s.BUCKET_RUN, "evaluator.>") | weights_read()),
     "monitor": (consumes(s.STREAM_VERDICTS) | publishes(f"{s.TRIALS}.>") | reads(s.STREAM_EVENTS)
                 | kv_reads(s.BUCKET_ACTORS) | kv_reads(s.BUCKET_POLICY)
                 | kv_writes(s.BUCKET_RUN, s.KEY_METRICS)

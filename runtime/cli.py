@@ -171,7 +171,8 @@ def scale(
 @friendly
 def status(run: RunOpt = None, url: UrlOpt = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-           all_actors: Annotated[bool, typer.Option("--all", help="Include stopped actors.")] = False) -> None:
+           all_actors: Annotated[bool, typer.Option("--all", help="Include stopped actors.")] = False,
+           every_gauge: Annotated[bool, typer.Option("--gauges", help="Show every actor gauge.")] = False) -> None:
     """Actors and heartbeats, queue depths and redeliveries, policy version, throughput."""
 
     async def go() -> status_mod.StackStatus:
@@ -187,7 +188,7 @@ def status(run: RunOpt = None, url: UrlOpt = None,
         return
     from runtime.render import render_status
 
-    render_status(snap)
+    render_status(snap, every_gauge=every_gauge)
 
 
 @app.command()

@@ -23,11 +23,11 @@ import msgspec
 
 from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
+from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from monitoring.config import MonitorConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
 from policy.config import GeneratorConfig, LearnerConfig, ModelConfig
-from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from judging.config import JudgeConfig
 from runtime.section import Section
 

@@ -96,8 +96,12 @@ class Progress:
 
     def on_eval(self, fields: dict[str, Any]) -> None:
         self.heldout = fields.get("overall")
+        attempts = fields.get("attempts")
+        if isinstance(attempts, dict):
+            attempts = sum(attempts.values())
         self.eval.append({**fields, "step": self.step, "trained": mean_of(fields.get("trained")),
-                          "transfer": mean_of(fields.get("transfer")), **self.stamp()})
+                          "transfer": mean_of(fields.get("transfer")), "attempts": attempts,
+                          **self.stamp()})
 
     def line(self) -> str:
         r = self.last

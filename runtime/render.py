@@ -5,24 +5,41 @@ Consumes a `StackStatus`; produces tables on stdout. No I/O beyond printing.
 
 from __future__ import annotations
 
+import shutil
+
 from rich.console import Console
 from rich.table import Table
 
+from bus import gauges as gauge_names
 from runtime.status import StackStatus
+
+_KEY_GAUGES = (gauge_names.GENERATOR_TOKENS_PER_S, gauge_names.EXECUTOR_JOBS_PER_S,
+               gauge_names.LEARNER_STEP_TIME_S)
 
 _STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow",
                 "dead": "bold red", "stopped": "dim"}
 
 
-def render_status(snap: StackStatus, console: Console | None = None) -> None:
-    console = console or Console()
+def gauge_text(stats: dict[str, float], every: bool) -> str:
+    """The shared throughput gauges (or, with `every`, all of them) as 'name=value' pairs."""
+    keys = sorted(stats) if every else [k for k in _KEY_GAUGES if k in stats]
+    text = " ".join(f"{k}={stats[k]:g}" for k in keys)
+    hidden = len(stats) - len(keys)
+    more = f"(+{hidden} more: --gauges)" if hidden and not every else ""
+    return " ".join(x for x in (text, more) if x)
+
+
+def render_status(snap: StackStatus, console: Console | None = None, *,
+                  every_gauge: bool = False) -> None:
+    # Not a terminal (a pipe, a log): wide enough that rows do not wrap into columns of dots.
+    console = console or Console(width=max(shutil.get_terminal_size().columns, 150))
     actors = Table(title=f"actors (policy version {snap.policy_version})", title_justify="left")
     for col in ("kind", "instance", "pid", "state", "beat", "uptime", "done", "held", "per s",
                 "version", "gauges"):
         actors.add_column(col, justify="right" if col in ("pid", "done", "held", "per s") else "left")
     for a in snap.actors:
         style = _STATE_STYLE.get(a.state, "")
-        gauges = " ".join(f"{k}={v:g}" for k, v in sorted(a.stats.items()))
+        gauges = gauge_text(a.stats, every_gauge)
         actors.add_row(a.kind, a.instance, str(a.pid), f"[{style}]{a.state}[/]",
                        f"{a.beat_age_s:.1f}s ago", f"{a.uptime_s:.0f}s", str(a.processed),
                        str(a.in_flight), f"{a.per_s:.2f}",

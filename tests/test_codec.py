@@ -56,6 +56,10 @@ def samples() -> list[m.Message]:
         m.Event(ts=1.0, level="info", event="actor.started", fields={"pid": 3, "n": [1, 2]}),
         m.DeadLetter(subject="s", stream="S", stream_seq=4, consumer="c", reason="malformed",
                      error="bad", payload=b"\x00\x01"),
+        m.SamplerState(admitted=8, judged=4, produced=4, next_seq=2, counted=["a.0", "a.1"]),
+        m.EvaluatorState(last_round=2, history=[m.EvalPoint(
+            version=2, pass_rates={"python": 0.5}, attempts={"python": 4}, overall=0.5,
+            train_reward=0.25, complete=False)]),
         m.Trial(trial_id="a.0", run_id="r", current_version=5,
                 verdict=m.Verdict(verdict_id="a.0", attempt=_executed_attempt(), outcome="pass",
                                   reward=1.0, judge="judge-1")),
@@ -65,10 +69,6 @@ def samples() -> list[m.Message]:
                                                  difficulty="0", passed=1, judged=2, rate=0.5)],
                           queues=[m.QueueDepth(stream="S", consumer="c", pending=3)],
                           heldout_pass_rate=0.4, alerts=["timeout_rate"]),
-        m.SamplerState(admitted=8, judged=4, produced=4, next_seq=2, counted=["a.0", "a.1"]),
-        m.EvaluatorState(last_round=2, history=[m.EvalPoint(
-            version=2, pass_rates={"python": 0.5}, attempts={"python": 4}, overall=0.5,
-            train_reward=0.25, complete=False)]),
     ]
     assert {type(x) for x in out} == set(m.TOP_LEVEL), "a message type has no sample"
     return out

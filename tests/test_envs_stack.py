@@ -51,3 +51,76 @@ def test_sampler_and_evaluator_serve_in_a_stack(make_stack):
     snap = json.loads(stack.whet("status", "--json").stdout)
     assert {s["stream"]: s for s in snap["streams"]}[subjects.STREAM_TASKS]["messages"] == 5
     stack.stop()
+
+
+PIPELINE = """
+[actors.count]
+sampler = 1
+evaluator = 1
+generator = 1
+judge = 1
+executor = 1
+
+[training]
+batch_size = 8
+group_size = 2
+max_staleness = 1
+
+[generator]
+engine = "fake"
+[generator.sampling]
+max_new_tokens = 16
+[generator.eval_sampling]
+max_new_tokens = 16
+
+[executor.sandbox]
+backend = "subprocess"
+
+[envs]
+mix = { structured = 1.0 }
+[envs.use.structured_output]
+count = 40
+heldout_share = 0.25
+[envs.use.python_functions]
+count = 20
+heldout_share = 0.5
+gate = false
+
+[evaluator]
+tasks_per_domain = 3
+"""
+
+
+async def test_tasks_flow_through_the_real_pipeline(make_stack, bus):
+    """Sampler -> generator (fake engine) -> judge -> executor -> verdicts back to the sampler
+    and evaluator: training verdicts are only ever of training tasks, the held-out round is
+    scored with python (never trained) as transfer, and the staleness bound holds."""
+    import anyio
+
+    from bus.messages import Event, SamplerState, Verdict
+
+    stack = make_stack(PIPELINE)
+    await anyio.to_thread.run_sync(stack.start)
+    try:
+        with anyio.fail_after(90):
+            while True:
+                state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE,
+                                         SamplerState)
+                events = [e async for _, e, _ in bus.replay(
+                    subjects.STREAM_EVENTS, subjects.event_filter("evaluator"), Event,
+                    follow=False) if e is not None and e.event == "evaluator.evaluated"]
+                if state is not None and state.judged >= 16 and events:
+                    break
+                await anyio.sleep(0.5)
+        verdicts = [v async for _, v, _ in bus.replay(
+            subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict, follow=False)]
+    finally:
+        await anyio.to_thread.run_sync(stack.stop)
+    train = [v for v in verdicts if v.attempt.purpose == "train"]
+    evals = [v for v in verdicts if v.attempt.purpose == "eval"]
+    assert train and all(v.attempt.task.split == "train" for v in train)
+    assert {v.attempt.task.domain for v in train} == {"structured"}
+    assert len(evals) == 6 and all(v.attempt.task.split == "heldout" for v in evals)
+    fields = events[0].fields
+    assert fields["complete"] is True and set(fields["transfer"]) == {"python"}
+    assert state.admitted <= (0 + 1 + 1) * 8  # no weights published: version 0

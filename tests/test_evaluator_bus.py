@@ -109,7 +109,8 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     assert len({a.task.task_id for a in got[:10]}) == 10
     assert {a.task.task_id for a in got[:10]} == {a.task.task_id for a in got[10:]}
     f = first.fields
-    assert f["policy_version"] == 0 and f["complete"] is True
+    assert f["version"] == f["policy_version"] == 0 and f["complete"] is True
+    assert f["overall"] == 0.4
     assert f["pass_rates"] == {"python": 0.2, "structured": 0.6}
     assert f["trained"] == {"structured": 0.6} and f["transfer"] == {"python": 0.2}
     assert f["train_reward"] == 0.1
