@@ -54,17 +54,21 @@ def _die_with_parent() -> None:
         sys.exit(0)
 
 
-def _limit_threads(n: int) -> None:
+def limit_threads(n: int) -> None:
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[var] = str(n)
 
 
 async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
-                run_dir: str) -> None:
-    """Connect, run the actor until stopped, keep its heartbeat, then leave cleanly."""
+                run_dir: str, *, run_id: str = "", ready_file: Path | None = None) -> None:
+    """Connect, run the actor until stopped, keep its heartbeat, then leave cleanly.
+
+    Outside a run directory (a container), `run_id` names the run. `ready_file` is touched
+    after each heartbeat stored while the actor serves, and removed when it stops: a
+    container health check reads its age."""
     run = resolve_target(kind, cfg)
     bus = await Bus.connect(bus_settings(cfg, url),
-                            Identity(kind, instance, Path(run_dir).name, run_dir))
+                            Identity(kind, instance, run_id or Path(run_dir).name, run_dir))
     sink = log_mod.sink()
     started_at = time.time()
     state = {"value": "starting"}
@@ -89,6 +93,8 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
             try:
                 with anyio.fail_after(cfg.supervisor.heartbeat_s * 2):
                     await bus.kv_put(subjects.BUCKET_ACTORS, key, beat)
+                if ready_file is not None and beat.state == "ready":
+                    ready_file.touch()
             except (TimeoutError, BusUnavailable, OSError):
                 pass
             if state["value"] == "stopped":
@@ -120,6 +126,8 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
     finally:
         with anyio.CancelScope(shield=True):
             state["value"] = "stopped"
+            if ready_file is not None:
+                ready_file.unlink(missing_ok=True)
             log.info("actor.stopped", processed=bus.stats.processed)
             with anyio.move_on_after(3):
                 await bus.kv_put(subjects.BUCKET_ACTORS, subjects.actor_key(kind, instance),
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with_parent()
     cfg = config_mod.load(args.config)
-    _limit_threads(cfg.supervisor.threads.get(args.kind, cfg.supervisor.threads_per_actor))
+    limit_threads(cfg.supervisor.threads.get(args.kind, cfg.supervisor.threads_per_actor))
     run_dir = Path(args.run_dir)
     log_mod.configure(kind=args.kind, instance=args.instance, run_id=run_dir.name,
                       level=cfg.logging.level, run_dir=run_dir)

@@ -96,7 +96,8 @@ def kv_writes(bucket: str, key: str) -> Grant:
 
 
 def weights_read() -> Grant:
-    return reads(s.object_stream(s.BUCKET_WEIGHTS))
+    # nats-py's object store looks the stream up by subject (STREAM.NAMES) to list objects.
+    return reads(s.object_stream(s.BUCKET_WEIGHTS)) | publishes(f"{_API}.STREAM.NAMES")
 
 
 def weights_write() -> Grant:

@@ -24,7 +24,7 @@ from bus.errors import BusUnavailable, PermissionDenied
 from bus.messages import (Event, ExecutionDone, ExecutionRequest, ExecutionResult, Heartbeat,
                           Job, MetricsSnapshot, TaskAssignment, Verdict, WeightVersion)
 from bus.nats_bus import Bus, Identity
-from bus.objects import get_object, put_object
+from bus.objects import get_object, list_objects, put_object
 from runtime import auth, credentials
 from runtime.config import RunConfig
 from runtime.connect import topology
@@ -186,6 +186,7 @@ async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin)
                              WeightVersion(version=2, object_name="v2"))
         await put_object(learner, subjects.BUCKET_WEIGHTS, "v2", b"x" * 3_000_000)
         await put_object(learner, subjects.BUCKET_WEIGHTS, "v2", b"y" * 10)  # purges the old chunks
+        assert "v2" in await list_objects(learner, subjects.BUCKET_WEIGHTS)  # pruning lists them
         await monitor.stream_states(auth.WORK_STREAMS + [subjects.STREAM_TRIALS])
         await monitor.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
         await monitor.kv_put(subjects.BUCKET_RUN, subjects.KEY_METRICS, MetricsSnapshot(at=1.0))

@@ -1,0 +1,178 @@
+"""A compose project driven from Python, for the compose test and bench/compose_bench.py.
+
+Consumes docker-compose.yml, a Docker-API engine (`sandbox.engine`: DOCKER_HOST or the
+private dockerd) and the images `deploy.images` builds; produces a project with its own
+name, secrets folder (role passwords and the NATS users block) and free host ports, runs
+`docker compose ...` commands the way a user types them, reads container health from the
+engine, and builds the attempts the test and bench inject (a `python_io` task whose
+program sleeps, so executor capacity is what limits throughput).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiodocker
+import anyio
+
+from bus import subjects
+from bus.messages import Attempt, Heartbeat, Verdict
+from bus.nats_bus import Bus, BusSettings, local_identity
+from runtime import auth, credentials
+from sandbox import engine
+from tests.judging_support import attempt, io_task
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINE_UP = "import anyio\nfrom sandbox import engine\nanyio.run(engine.connect)\n"
+
+
+def start_engine() -> str:
+    """Start the engine if needed (a subprocess: dockerd outlives it); '' or the error."""
+    proc = subprocess.run([sys.executable, "-c", ENGINE_UP], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return "" if proc.returncode == 0 else proc.stderr[-2000:]
+
+
+def compose_missing() -> str:
+    """'' when `docker compose` works here, else what is missing."""
+    if shutil.which("docker") is None:
+        return "no docker CLI (apt-get install docker.io)"
+    proc = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=30)
+    if proc.returncode != 0:
+        return f"`docker compose` does not work: {proc.stderr.strip()[-300:]} (see .ci/run)"
+    return ""
+
+
+def build_images(timeout_s: float = 1800.0) -> subprocess.CompletedProcess:
+    """`python -m deploy.images`: every image, built offline or found by content hash."""
+    return subprocess.run([sys.executable, "-m", "deploy.images"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Project:
+    name: str
+    env: dict[str, str]
+    secrets: Path
+    nats_port: int
+    images: dict[str, str] = field(default_factory=dict)
+    "Image refs the project runs, and how `deploy.images` made them."
+
+    @classmethod
+    def create(cls, folder: Path) -> "Project":
+        """A fresh project name, password files and NATS users block, free host ports."""
+        folder.mkdir(parents=True, exist_ok=True)
+        passwords = credentials.ensure_passwords(folder)
+        fd = os.open(folder / "nats-auth.conf", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(auth.server_config(auth.AuthConfig(), passwords))
+        port = free_port()
+        name = f"whettest{secrets.token_hex(3)}"
+        env = {**os.environ, "DOCKER_HOST": engine.engine_url(), "COMPOSE_PROJECT_NAME": name,
+               "WHET_SECRETS_DIR": str(folder), "WHET_NATS_PORT": str(port),
+               "WHET_METRICS_PORT": str(free_port())}
+        return cls(name, env, folder, port)
+
+    async def compose(self, *args: str, timeout_s: float = 300.0, check: bool = True) -> str:
+        """Run `docker compose ARGS` in the repository; its output (stderr included)."""
+        with anyio.fail_after(timeout_s):
+            proc = await anyio.run_process(["docker", "compose", *args], cwd=ROOT, env=self.env,
+                                           check=False, stderr=subprocess.STDOUT)
+        out = proc.stdout.decode(errors="replace")
+        if check and proc.returncode != 0:
+            command = " ".join(args)
+            raise AssertionError(f"docker compose {command} exited {proc.returncode}:\n{out[-3000:]}")
+        return out
+
+    async def containers(self, service: str = "") -> list[dict]:
+        """Inspect data of this project's containers (of one service, if named)."""
+        labels = [f"com.docker.compose.project={self.name}"]
+        if service:
+            labels.append(f"com.docker.compose.service={service}")
+        async with aiodocker.Docker(url=self.env["DOCKER_HOST"]) as docker:
+            found = await docker.containers.list(all=True, filters={"label": labels})
+            return [await c.show() for c in found]
+
+    async def wait_healthy(self, services: list[str], timeout_s: float) -> float:
+        """Wait until every named service has a running, healthy container; seconds taken."""
+        started = time.monotonic()
+        with anyio.fail_after(timeout_s):
+            while True:
+                states = {s: [_health(c) for c in await self.containers(s)] for s in services}
+                if all(v and all(h == "healthy" for h in v) for v in states.values()):
+                    return time.monotonic() - started
+                await anyio.sleep(1.0)
+
+    async def bus(self) -> Bus:
+        """A bus client logged in as admin through the published NATS port."""
+        settings = BusSettings(url=f"nats://127.0.0.1:{self.nats_port}", user=auth.ADMIN,
+                               password=(self.secrets / auth.ADMIN).read_text().strip(),
+                               connect_timeout_s=10.0, request_timeout_s=5.0,
+                               publish_deadline_s=60.0)
+        return await Bus.connect(settings, local_identity("test"))
+
+    def whet(self, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+        """`whet ARGS` on the host against the stack, logged in as admin from the secrets."""
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "WHET_NATS_USER": auth.ADMIN,
+               "WHET_NATS_PASSWORD_FILE": str(self.secrets / auth.ADMIN),
+               "WHET_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
+        return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+
+
+def _health(container: dict) -> str:
+    state = container["State"]
+    return state.get("Health", {}).get("Status", "") if state.get("Running") else "stopped"
+
+
+SLEEPY = io_task([([1], 2)], [([2], 3), ([5], 6)], "def f(x):\n    return x + 1\n", timeout_s=20)
+"A task whose every attempt below is one sandbox job of about `sleep_s` seconds."
+
+
+def sleepy_attempts(prefix: str, count: int, sleep_s: float = 1.5) -> list[Attempt]:
+    """Correct eval attempts that sleep first: eval, so the learner never trains on them."""
+    code = f"import time\ntime.sleep({sleep_s})\n\ndef f(x):\n    return x + 1\n"
+    return [attempt(SLEEPY, code, purpose="eval", attempt_id=f"{prefix}{i}.0") for i in range(count)]
+
+
+async def publish(bus: Bus, attempts: list[Attempt]) -> None:
+    for a in attempts:
+        await bus.publish(subjects.ATTEMPTS, a, msg_id=a.attempt_id)
+
+
+async def verdicts(bus: Bus, prefix: str) -> dict[str, list[Verdict]]:
+    """Every stored verdict of attempts whose id starts with `prefix`, by attempt id."""
+    found: dict[str, list[Verdict]] = {}
+    async for _, v, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict,
+                                    follow=False):
+        if v is not None and v.attempt.attempt_id.startswith(prefix):
+            found.setdefault(v.attempt.attempt_id, []).append(v)
+    return found
+
+
+async def wait_verdicts(bus: Bus, prefix: str, count: int, timeout_s: float) -> dict[str, list[Verdict]]:
+    """Poll until `count` attempts of `prefix` have verdicts (or time out)."""
+    with anyio.fail_after(timeout_s):
+        while len(found := await verdicts(bus, prefix)) < count:
+            await anyio.sleep(1.0)
+    return found
+
+
+async def executor_beats(bus: Bus) -> dict[str, Heartbeat]:
+    """Heartbeats of every executor instance ever seen in this run, by instance."""
+    beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="executor.")
+    return {b.instance: b for b in beats.values()}

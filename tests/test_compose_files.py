@@ -1,0 +1,70 @@
+"""The image and compose definitions match the code, without an engine (test_compose.py runs
+them for real): every package is copied into the images, every actor kind is a service with
+its own NATS role, health check and init, images are pinned to this environment's versions,
+and the container commands refuse bad input clearly."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from actors import KINDS
+from deploy import images, wheels
+from runtime.auth import AuthConfig, role_of, roles
+
+ROOT = images.ROOT
+ML_KINDS = {"generator", "learner", "evaluator"}
+
+
+def test_dockerfiles_copy_every_package_the_project_installs():
+    """slim and ml copy exactly the packages pyproject.toml lists (a new one must be added)."""
+    packages = set(images.source_files()) - {"pyproject.toml", "README.md"}
+    for name in ("slim", "ml"):
+        text = (ROOT / images.IMAGES[name].dockerfile).read_text()
+        assert set(re.findall(r"^COPY (\w+) /src/\1$", text, re.M)) == packages, name
+
+
+def test_every_actor_kind_is_a_service_logged_in_as_its_role():
+    """One service per kind: its image, `whet actor KIND`, its role's user and password,
+    init, a health check and a grace period longer than the drain."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(KINDS) <= set(services)
+    for kind in KINDS:
+        svc, role = services[kind], role_of(kind, AuthConfig())
+        assert svc["command"] == ["actor", kind]
+        assert svc["image"].startswith("whetstone/ml:" if kind in ML_KINDS else "whetstone/slim:")
+        assert svc["environment"]["WHET_NATS_USER"] == role
+        assert svc["secrets"] == [{"source": role, "target": "role"}]
+        assert svc["init"] is True and svc["healthcheck"]["test"]
+        assert svc["depends_on"]["setup"]["condition"] == "service_completed_successfully"
+    assert set(compose["secrets"]) == set(roles()) | {"nats-auth"}
+    assert services["nats"]["ports"] == ["127.0.0.1:${WHET_NATS_PORT:-4222}:4222"]
+
+
+def test_images_are_pinned_to_this_environment():
+    """Wheel sets pin what is installed here; a package that is not is a clear error."""
+    versions = wheels.installed()
+    assert wheels.pinned("torch>=2.13", versions) == f"torch=={versions['torch']}"
+    with pytest.raises(RuntimeError, match="not installed"):
+        wheels.pinned("no-such-package", versions)
+    ml = wheels.wheel_sets()["ml"]
+    assert wheels.folder(ml, versions) != wheels.folder(ml, {**versions, "torch": "0"})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["actor", "nosuchkind", "--config", "configs/compose.toml"], "unknown actor kind"),
+    (["setup", "--config", "configs/default.toml"], "bus.url"),
+])
+def test_container_commands_refuse_bad_input_clearly(args, message):
+    """An unknown kind, or a config without a NATS URL, exits 2 with one line naming it."""
+    env = {k: v for k, v in os.environ.items() if k != "WHET_NATS_URL"}
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
