@@ -8,7 +8,10 @@ rejected and counted. Publishes bf16 weights in the object store and the new
 `WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
 mode), prunes old versions, and saves DeepSpeed checkpoints whose client state records
 every consumed verdict id, so a restart resumes with optimizer state and never trains a
-sample twice. Logs `learner.step_completed` per batch.
+sample twice. Logs `learner.step_completed` per batch, naming every verdict id it consumed:
+`trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
+after its group was trained without it (the group timed out) is acked untrained and logged
+as `learner.late_member_dropped`. So each verdict's fate can be traced.
 
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
@@ -63,6 +66,8 @@ class Learner:
         self.unsaved: list[Delivery] = []
         self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
         self.duplicates = 0
+        self.late = 0
+        "Verdicts that arrived after their group was trained without them."
         self.idle_s = self.busy_s = 0.0
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
             self.held_limit)
@@ -94,8 +99,14 @@ class Learner:
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
         """Consumer handler: skip what was consumed before, hold the rest for a batch."""
         if self.ledger.seen(verdict.verdict_id, verdict.attempt.group_id):
-            self.duplicates += 1
-            log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
+            if self.ledger.consumed(verdict.verdict_id):
+                self.duplicates += 1
+                log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
+            else:  # its group timed out and was trained without it: never trained
+                self.ledger.add([verdict.verdict_id], [])
+                self.late += 1
+                log.warning("learner.late_member_dropped", verdict_id=verdict.verdict_id,
+                            group_id=verdict.attempt.group_id)
             return
         problem = trajectory_problem(verdict.attempt, self.ranks.vocab_size)
         if problem:  # retried, then dead-lettered by the consumer with this reason
@@ -194,8 +205,8 @@ class Learner:
             staleness_mean=round(sum(batch.staleness) / len(batch.staleness), 3) if batch.staleness else None,
             staleness_max=max(batch.staleness, default=None), stale_rejected=batch.stale,
             dropped=batch.dropped, no_signal=batch.no_signal, duplicates=self.duplicates,
-            step_s=round(seconds, 3), trained_at=trained_at,
-            trained=[s.verdict_id for s in batch.samples],
+            late=self.late, step_s=round(seconds, 3), trained_at=trained_at,
+            trained=[s.verdict_id for s in batch.samples], left_out=batch.left_out,
             idle_frac=round(self.idle_s / max(self.idle_s + self.busy_s, 1e-9), 4),
             **{k: round(v, 6) for k, v in metrics.items()})
         log.info("learner.step_completed", **fields)
