@@ -178,11 +178,14 @@ class Sampler:
                 await self.wait_change(1.0)
                 continue
             new = await self.bus.publish_many(subjects.TASKS, items)
+            # Logged before the save: a crash in between re-admits the same ids (stored
+            # once), so the log names every admitted assignment at least once.
+            log.info("tasks.admitted", assignments=len(items), new=new, version=self.version,
+                     in_flight=self.counters.in_flight, produced=self.counters.produced,
+                     assignment_ids=[aid for aid, _ in items])
             await self.save()
             self.bus.stats.processed += len(items)
             self.bus.stats.gauges.update(self.gauges())
-            log.info("tasks.admitted", assignments=len(items), new=new, version=self.version,
-                     in_flight=self.counters.in_flight, produced=self.counters.produced)
 
     def gauges(self) -> dict[str, float]:
         c = self.counters
