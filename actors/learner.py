@@ -6,7 +6,8 @@ checkpoint that contains its update is written, then acks it. Groups (attempts s
 trained and count as missing members; samples older than `training.staleness` versions are
 rejected and counted. Publishes bf16 weights in the object store and the new
 `WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
-mode), prunes old versions, and saves DeepSpeed checkpoints whose client state records
+mode; after a batch with nothing to train, the same weights under the next number, as
+admission counts batches), prunes old versions, and saves DeepSpeed checkpoints whose client state records
 every consumed verdict id, so a restart resumes with optimizer state and never trains a
 sample twice. Logs `learner.step_completed` per batch, naming every verdict id it consumed:
 `trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
@@ -150,7 +151,10 @@ class Learner:
         self.samples += len(batch.samples)
         self.ledger.add(batch.consumed, [g.group_id for g in groups])
         self.unsaved += [h for g in groups for h in g.handles()]
-        if t.mode == "sync" or self.unpublished >= self.lc.publish_every:
+        # A batch with nothing to train moves the version too (the same weights, renumbered):
+        # the sampler admits (version + staleness + 1) * batch_size samples in all, so
+        # without it every such batch would use up budget for good and admission would stop.
+        if t.mode == "sync" or not batch.samples or self.unpublished >= self.lc.publish_every:
             await self._publish()
         if self.step % self.lc.checkpoint_every == 0:
             await self.checkpoint()

@@ -2,7 +2,7 @@
 
 Consumes (version, weight parts or None, step, samples) from the learner; produces the
 object and the KV bump for each (`policy.versions`), or, for None, the same weights
-announced under the new number (sync mode after a batch with nothing to learn), and prunes
+announced under the new number (after a batch with nothing to learn), and prunes
 all but the newest `keep` objects. `submit` returns as soon as the uploader has taken the
 version, so the next learner step trains while the weights travel; one upload runs at a
 time, so versions are announced in order. It does not decide when to publish.

@@ -121,6 +121,32 @@ async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus
     assert g3["pass_rate"] == 0.5 and g3["mean_reward"] == 0.5
 
 
+async def test_async_batch_without_signal_still_moves_the_version(bus, nats_server, tmp_path):
+    """Async mode: a batch with nothing to train is announced as the next version (the same
+    weights), so the sampler's budget of (version + staleness + 1) * batch_size keeps moving;
+    the next batch with signal publishes trained weights."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, mode="async", batch_size=4, group_size=2, max_staleness=2)
+    learn_bus = await second_bus(nats_server, "learner")
+    versions = []
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            for prefix, rewards, version in (("same", (1.0, 1.0), 1), ("mixed", (1.0, 0.0), 2)):
+                await bus.publish_many(subjects.verdict_subject("train"), [
+                    (v.verdict_id, v) for v in synthetic_verdicts(2, 0, rewards, prefix)])
+                with anyio.fail_after(60):
+                    while (await current_version(bus)).version < version:
+                        await anyio.sleep(0.05)
+                versions.append(await current_version(bus))
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert [(v.version, v.object_name, v.samples) for v in versions] == [
+        (1, "", 0), (2, "policy-v00000002", 4)]
+
+
 async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, nats_server, tmp_path):
     """world_size 2, ZeRO-2: a second rank process joins, one batch makes version 1, and the
     checkpoint holds optimizer shards of both ranks."""
