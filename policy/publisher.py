@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from bus.errors import BusUnavailable
 from bus.messages import WeightVersion
 from bus.nats_bus import Bus
 from policy.versions import announce, prune_versions, publish_weights
@@ -69,7 +70,11 @@ class Publisher:
                                    samples=samples, created_at=time.time())
             await announce(self.bus, record)
         self.adopt(record)
-        pruned = await prune_versions(self.bus, set(self.recent))
+        try:
+            pruned = await prune_versions(self.bus, set(self.recent))
+        except BusUnavailable as exc:  # the next publish prunes what is left
+            log.warning("learner.prune_failed", error=str(exc))
+            return record
         if pruned:
             log.info("learner.versions_pruned", objects=pruned)
         return record
