@@ -7,6 +7,7 @@ it to look. A mixin of `bus.nats_bus.Bus`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import AsyncIterator, TypeVar
 
@@ -95,11 +96,14 @@ class StreamReads:
         config = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0,
                                     mem_storage=True, **start)
         while True:
+            tried_at = time.monotonic()
             try:
                 return await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
             except (*RETRYABLE, nats.js.errors.APIError):
                 if not retry:
                     raise
+                # A refused request times out like an outage: refusals are not retried.
+                self.raise_if_denied(tried_at, "", containing=f"$JS.API.CONSUMER.CREATE.{stream}")
                 await anyio.sleep(0.5)
 
     async def snapshot(self, stream: str, cls: type[M]) -> list[tuple[int, M | None]]:

@@ -87,6 +87,7 @@ async def put_object(bus: Bus, bucket: str, name: str,
     "Chunk nuid of a try cut off by an outage, purged before the next try."
     while True:
         nuid = bus.nc._nuid.next().decode()  # the object layout names chunks by a fresh nuid
+        tried_at = time.monotonic()
         try:
             if leftover:
                 await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{leftover}")
@@ -97,6 +98,8 @@ async def put_object(bus: Bus, bucket: str, name: str,
             if not _outage(exc):
                 raise
             problem = exc
+        # A refused publish times out like an outage: refusals are not retried.
+        bus.raise_if_denied(tried_at, "", containing=f"$O.{bucket}.")
         leftover = leftover or nuid
         if time.monotonic() > deadline:
             raise BusUnavailable(f"put {bucket}/{name}: {problem!r}")
