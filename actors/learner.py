@@ -6,9 +6,13 @@ checkpoint that contains its update is written, then acks it. Groups (attempts s
 trained and count as missing members; samples older than `training.staleness` versions are
 rejected and counted. Publishes bf16 weights in the object store and the new
 `WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
-mode), prunes old versions, and saves DeepSpeed checkpoints whose client state records
+mode; after a batch with nothing to train, the same weights under the next number, as
+admission counts batches), prunes old versions, and saves DeepSpeed checkpoints whose client state records
 every consumed verdict id, so a restart resumes with optimizer state and never trains a
-sample twice. Logs `learner.step_completed` per batch.
+sample twice. Logs `learner.step_completed` per batch, naming every verdict id it consumed:
+`trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
+after its group was trained without it (the group timed out) is acked untrained and logged
+as `learner.late_member_dropped`. So each verdict's fate can be traced.
 
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
@@ -63,6 +67,8 @@ class Learner:
         self.unsaved: list[Delivery] = []
         self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
         self.duplicates = 0
+        self.late = 0
+        "Verdicts that arrived after their group was trained without them."
         self.idle_s = self.busy_s = 0.0
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
             self.held_limit)
@@ -94,8 +100,14 @@ class Learner:
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
         """Consumer handler: skip what was consumed before, hold the rest for a batch."""
         if self.ledger.seen(verdict.verdict_id, verdict.attempt.group_id):
-            self.duplicates += 1
-            log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
+            if self.ledger.consumed(verdict.verdict_id):
+                self.duplicates += 1
+                log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
+            else:  # its group timed out and was trained without it: never trained
+                self.ledger.add([verdict.verdict_id], [])
+                self.late += 1
+                log.warning("learner.late_member_dropped", verdict_id=verdict.verdict_id,
+                            group_id=verdict.attempt.group_id)
             return
         problem = trajectory_problem(verdict.attempt, self.ranks.vocab_size)
         if problem:  # retried, then dead-lettered by the consumer with this reason
@@ -139,7 +151,10 @@ class Learner:
         self.samples += len(batch.samples)
         self.ledger.add(batch.consumed, [g.group_id for g in groups])
         self.unsaved += [h for g in groups for h in g.handles()]
-        if t.mode == "sync" or self.unpublished >= self.lc.publish_every:
+        # A batch with nothing to train moves the version too (the same weights, renumbered):
+        # the sampler admits (version + staleness + 1) * batch_size samples in all, so
+        # without it every such batch would use up budget for good and admission would stop.
+        if t.mode == "sync" or not batch.samples or self.unpublished >= self.lc.publish_every:
             await self._publish()
         if self.step % self.lc.checkpoint_every == 0:
             await self.checkpoint()
@@ -194,8 +209,8 @@ class Learner:
             staleness_mean=round(sum(batch.staleness) / len(batch.staleness), 3) if batch.staleness else None,
             staleness_max=max(batch.staleness, default=None), stale_rejected=batch.stale,
             dropped=batch.dropped, no_signal=batch.no_signal, duplicates=self.duplicates,
-            step_s=round(seconds, 3), trained_at=trained_at,
-            trained=[s.verdict_id for s in batch.samples],
+            late=self.late, step_s=round(seconds, 3), trained_at=trained_at,
+            trained=[s.verdict_id for s in batch.samples], left_out=batch.left_out,
             idle_frac=round(self.idle_s / max(self.idle_s + self.busy_s, 1e-9), 4),
             **{k: round(v, 6) for k, v in metrics.items()})
         log.info("learner.step_completed", **fields)

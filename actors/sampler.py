@@ -8,7 +8,11 @@ sampler re-publishes the same ids and JetStream stores each once.
 
 - What: `envs.curriculum` (band, ladder, mix, replay) chooses among gated training tasks.
 - How much: `envs.admission` admits whole groups while
-  in_flight + produced <= (version + staleness + 1) * batch_size.
+  in_flight + produced <= (learner step + staleness + 1) * batch_size, where the learner step
+  (`WeightVersion.step`) counts the batches the learner consumed. It equals the version
+  until a learner restart: a restarted learner rolls back to its checkpoint yet must
+  announce its weights under a newer number, so counting versions would let the queue in
+  front of the learner grow for good, and every sample would arrive stale.
 - Counters are saved in KV whet-run before the verdicts they count are acked, with the ids
   counted, so a redelivered verdict is never counted twice. Pass rates are saved every
   `snapshot_s` (a crash loses at most that much curriculum evidence, never budget).
@@ -49,6 +53,8 @@ class Sampler:
         self.tasks: dict[str, Task] = {}
         self.counters = AdmissionCounters()
         self.version = 0
+        self.learner_step = 0
+        "Learner steps (batches consumed) behind the current version: the budget counts them."
         self.unacked: list[Delivery] = []
         self.counted_ids: list[str] = []
         self.skip_ids: set[str] = set()
@@ -73,9 +79,10 @@ class Sampler:
             self.skip_ids = set(state.counted)
         current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
         self.version = current.version if current else 0
+        self.learner_step = current.step if current else 0
         log.info("sampler.resumed", admitted=self.counters.admitted, judged=self.counters.judged,
                  produced=self.counters.produced, next_seq=self.counters.next_seq,
-                 version=self.version)
+                 version=self.version, learner_step=self.learner_step)
 
     async def save(self) -> int:
         """Save the counters and the verdict ids counted since the last flush; returns how
@@ -144,7 +151,7 @@ class Sampler:
     def admissible(self) -> int:
         t = self.config.training
         return admissible_groups(in_flight=self.counters.in_flight, produced=self.counters.produced,
-                                 version=self.version, max_staleness=t.staleness,
+                                 version=self.learner_step, max_staleness=t.staleness,
                                  batch_size=t.batch_size, group_size=t.group_size)
 
     def next_assignments(self, n: int) -> list[tuple[str, TaskAssignment]]:
@@ -178,11 +185,14 @@ class Sampler:
                 await self.wait_change(1.0)
                 continue
             new = await self.bus.publish_many(subjects.TASKS, items)
+            # Logged before the save: a crash in between re-admits the same ids (stored
+            # once), so the log names every admitted assignment at least once.
+            log.info("tasks.admitted", assignments=len(items), new=new, version=self.version,
+                     in_flight=self.counters.in_flight, produced=self.counters.produced,
+                     assignment_ids=[aid for aid, _ in items])
             await self.save()
             self.bus.stats.processed += len(items)
             self.bus.stats.gauges.update(self.gauges())
-            log.info("tasks.admitted", assignments=len(items), new=new, version=self.version,
-                     in_flight=self.counters.in_flight, produced=self.counters.produced)
 
     def gauges(self) -> dict[str, float]:
         c = self.counters
@@ -192,8 +202,8 @@ class Sampler:
     async def watch_version(self) -> None:
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
-            if current.version != self.version:
-                self.version = current.version
+            if (current.version, current.step) != (self.version, self.learner_step):
+                self.version, self.learner_step = current.version, current.step
                 self.bus.stats.policy_version = current.version
                 self.wake()
 

@@ -332,7 +332,8 @@ class WeightVersion(Message, tag="whet.weights.v1"):
     dtype: str = "bfloat16"
     "Dtype of the stored tensors."
     step: int = 0
-    "Learner optimizer steps taken."
+    ("Learner steps (batches consumed, trained or not) behind these weights; after a learner "
+     "restart, those of its checkpoint. The sampler's admission budget counts them.")
     samples: int = 0
     "Samples trained on so far."
     created_at: float = 0.0

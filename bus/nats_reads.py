@@ -7,6 +7,7 @@ it to look. A mixin of `bus.nats_bus.Bus`.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import AsyncIterator, TypeVar
 
@@ -17,6 +18,7 @@ from nats.js import api
 
 from bus.codec import decode
 from bus.messages import Message
+from bus.nats_retry import RETRYABLE
 
 M = TypeVar("M", bound=Message)
 
@@ -41,38 +43,68 @@ class StreamReads:
         """Read `stream` without consuming it: (subject, message or None, raw payload).
 
         Starts at Unix time `since` (or the beginning); with `follow=False` it stops once
-        caught up. Payloads that do not decode come back with message None.
+        caught up. Payloads that do not decode come back with message None. Following, it
+        rides through a server restart (which loses its in-memory consumer): it reads on
+        from the message after the last one it gave, so nothing is skipped or repeated.
         """
+        after = 0
+        "Stream sequence of the last message given."
+        while True:
+            sub = await self._replay_subscription(stream, filter_subject, since, after, follow)
+            try:
+                while True:
+                    try:
+                        msgs = await sub.fetch(batch, timeout=1.0)
+                    except (nats.errors.TimeoutError, TimeoutError):
+                        if not follow:
+                            return
+                        continue
+                    except nats.errors.Error:
+                        if not follow:
+                            raise
+                        break  # the server went away or restarted: subscribe again
+                    for msg in msgs:
+                        after = msg.metadata.sequence.stream
+                        try:
+                            value: M | None = decode(msg.data, cls)
+                        except Exception:  # noqa: BLE001 - shown raw to the reader
+                            value = None
+                        yield msg.subject, value, msg.data
+                    if not follow and msgs and msgs[-1].metadata.num_pending == 0:
+                        return
+            finally:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await sub.unsubscribe()
+                    except nats.errors.Error:
+                        pass
+            await anyio.sleep(0.5)
+
+    async def _replay_subscription(self, stream: str, filter_subject: str, since: float | None,
+                                   after: int, retry: bool):
+        """An ephemeral, unacked consumer from the message after `after` (else from `since`,
+        else the start); retried through outages when `retry`."""
         import datetime as dt
 
-        config = api.ConsumerConfig(
-            ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0, mem_storage=True,
-            deliver_policy=(api.DeliverPolicy.BY_START_TIME if since else api.DeliverPolicy.ALL),
-            opt_start_time=(dt.datetime.fromtimestamp(since, dt.timezone.utc).isoformat()
-                            if since else None))
-        sub = await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
-        try:
-            while True:
-                try:
-                    msgs = await sub.fetch(batch, timeout=1.0)
-                except (nats.errors.TimeoutError, TimeoutError):
-                    if not follow:
-                        return
-                    continue
-                for msg in msgs:
-                    try:
-                        value: M | None = decode(msg.data, cls)
-                    except Exception:  # noqa: BLE001 - shown raw to the reader
-                        value = None
-                    yield msg.subject, value, msg.data
-                if not follow and msgs and msgs[-1].metadata.num_pending == 0:
-                    return
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await sub.unsubscribe()
-                except nats.errors.Error:
-                    pass
+        if after:
+            start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
+        elif since:
+            start = dict(deliver_policy=api.DeliverPolicy.BY_START_TIME,
+                         opt_start_time=dt.datetime.fromtimestamp(since, dt.timezone.utc).isoformat())
+        else:
+            start = dict(deliver_policy=api.DeliverPolicy.ALL)
+        config = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0,
+                                    mem_storage=True, **start)
+        while True:
+            tried_at = time.monotonic()
+            try:
+                return await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
+            except (*RETRYABLE, nats.js.errors.APIError):
+                if not retry:
+                    raise
+                # A refused request times out like an outage: refusals are not retried.
+                self.raise_if_denied(tried_at, "", containing=f"$JS.API.CONSUMER.CREATE.{stream}")
+                await anyio.sleep(0.5)
 
     async def snapshot(self, stream: str, cls: type[M]) -> list[tuple[int, M | None]]:
         """Every message stored in `stream` now, by sequence, without a consumer.

@@ -15,17 +15,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from typing import Sequence
 from datetime import datetime, timezone
 
 import anyio
 import nats.js.errors
+import structlog
 from nats.js import api
 from nats.js.kv import MSG_ROLLUP_SUBJECT
 
-from bus.errors import ObjectCorrupt, ObjectMissing
+from bus.errors import BusUnavailable, ObjectCorrupt, ObjectMissing
 from bus.nats_bus import Bus
+from bus.nats_retry import RETRYABLE
+
+log = structlog.get_logger("bus.objects")
 
 CHUNK_BYTES = 1024 * 1024
 _PENDING_BYTES = 256 * 1024 * 1024
@@ -69,13 +74,58 @@ def _chunks(parts: list[memoryview], size: int):
 async def put_object(bus: Bus, bucket: str, name: str,
                      data: bytes | memoryview | Sequence[bytes | memoryview]) -> StoredObject:
     """Store `data` (one buffer, or parts stored back to back) under `name`, replacing any
-    older object of that name."""
+    older object of that name.
+
+    Retries through a server outage until `publish_deadline_s` (then BusUnavailable): a try
+    cut off by the outage is purged and the object is stored again under a fresh nuid.
+    """
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = [data]
     parts = [memoryview(p).cast("B") for p in data]
+    deadline = time.monotonic() + bus.settings.publish_deadline_s
+    leftover = ""
+    "Chunk nuid of a try cut off by an outage, purged before the next try."
+    while True:
+        nuid = bus.nc._nuid.next().decode()  # the object layout names chunks by a fresh nuid
+        tried_at = time.monotonic()
+        try:
+            if leftover:
+                await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{leftover}")
+                leftover = ""
+            stored, old = await _put_once(bus, bucket, name, parts, nuid)
+            break
+        except Exception as exc:
+            if not _outage(exc):
+                raise
+            problem = exc
+        # A refused publish times out like an outage: refusals are not retried.
+        bus.raise_if_denied(tried_at, "", containing=f"$O.{bucket}.")
+        leftover = leftover or nuid
+        if time.monotonic() > deadline:
+            raise BusUnavailable(f"put {bucket}/{name}: {problem!r}")
+        log.warning("bus.object_put_retried", bucket=bucket, name=name, error=repr(problem))
+        await anyio.sleep(0.5)
+    if old is not None and old.nuid != nuid:
+        try:
+            await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{old.nuid}")
+        except RETRYABLE as exc:  # stored all the same; the old chunks stay behind
+            log.warning("bus.object_purge_failed", bucket=bucket, name=name, error=repr(exc))
+    return stored
+
+
+def _outage(exc: BaseException) -> bool:
+    """True if `exc`, or every error of an exception group, means the server is out of reach."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(RETRYABLE)[1] is None
+    return isinstance(exc, RETRYABLE)
+
+
+async def _put_once(bus: Bus, bucket: str, name: str, parts: list[memoryview],
+                    nuid: str) -> tuple[StoredObject, api.ObjectInfo | None]:
+    """One try: the chunks under `nuid`, then the meta record. Returns what was stored and
+    the object it replaced. Chunks of a try that fails other than by an outage are purged."""
     size = sum(len(p) for p in parts)
     chunk_bytes = min(CHUNK_BYTES, bus.nc.max_payload - 4096)
-    nuid = bus.nc._nuid.next().decode()  # the object layout names chunks by a fresh nuid
     chunk_subject = f"$O.{bucket}.C.{nuid}"
     pending = []
     digest: dict[str, bytes] = {}
@@ -85,8 +135,8 @@ async def put_object(bus: Bus, bucket: str, name: str,
             tg.start_soon(_hash_parts, parts, digest)
             for chunk in _chunks(parts, chunk_bytes):
                 pending.append(await bus.js.publish_async(chunk_subject, chunk))
-            with anyio.fail_after(bus.settings.publish_deadline_s):
-                for fut in pending:
+            for fut in pending:  # acks come in turn; one lost to an outage never comes
+                with anyio.fail_after(bus.settings.request_timeout_s):
                     await fut
         info = api.ObjectInfo(
             name=name, bucket=bucket, nuid=nuid, size=size, chunks=len(pending),
@@ -97,13 +147,12 @@ async def put_object(bus: Bus, bucket: str, name: str,
         old = await _info(bus, bucket, name)
         await bus.js.publish(_meta_subject(bucket, name), json.dumps(info.as_dict()).encode(),
                              headers={api.Header.ROLLUP: MSG_ROLLUP_SUBJECT})
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await bus.js.purge_stream(_stream(bucket), subject=chunk_subject)
+    except BaseException as exc:
+        if not _outage(exc):  # after an outage the caller purges, once the server is back
+            with anyio.CancelScope(shield=True):
+                await bus.js.purge_stream(_stream(bucket), subject=chunk_subject)
         raise
-    if old is not None and old.nuid != nuid:
-        await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{old.nuid}")
-    return StoredObject(name, size, digest["sha256"].hex(), len(pending))
+    return StoredObject(name, size, digest["sha256"].hex(), len(pending)), old
 
 
 async def _hash_parts(parts: list[memoryview], out: dict[str, bytes]) -> None:
@@ -181,18 +230,23 @@ class _ChunkReader:
 
 
 async def delete_object(bus: Bus, bucket: str, name: str) -> None:
-    """Delete `name` and its chunks; a missing object is not an error."""
-    obs = await bus.js.object_store(bucket)
+    """Delete `name` and its chunks; a missing object is not an error. BusUnavailable
+    while the server is out of reach."""
     try:
+        obs = await bus.js.object_store(bucket)
         await obs.delete(name)
     except nats.js.errors.NotFoundError:
         pass
+    except RETRYABLE as exc:
+        raise BusUnavailable(f"delete {bucket}/{name}: {exc!r}") from exc
 
 
 async def list_objects(bus: Bus, bucket: str) -> list[str]:
-    """Names of the live objects in `bucket`."""
-    obs = await bus.js.object_store(bucket)
+    """Names of the live objects in `bucket`. BusUnavailable while the server is out of reach."""
     try:
+        obs = await bus.js.object_store(bucket)
         return [o.name for o in await obs.list(ignore_deletes=True)]
     except nats.js.errors.NotFoundError:
         return []
+    except RETRYABLE as exc:
+        raise BusUnavailable(f"list {bucket}: {exc!r}") from exc

@@ -1,7 +1,8 @@
 """Staleness admission, as AReaL does it: admit work only while it can still be trained on.
 
-Pure functions. With policy version v, staleness bound s and batch size B, the attempts
-admitted so far and still useful must satisfy
+Pure functions. With v the learner's steps (batches consumed; the policy version, as long
+as the learner never restarted from an older checkpoint), staleness bound s and batch size
+B, the attempts admitted so far and still useful must satisfy
 
     in_flight + produced <= (v + s + 1) * B
 

@@ -51,10 +51,25 @@ class Assembled:
     "Every verdict id of the batch's groups: trained or not, none is looked at again."
     rewards: list[float] = field(default_factory=list)
     passed: int = 0
-    dropped: int = 0
-    stale: int = 0
-    no_signal: int = 0
     staleness: list[int] = field(default_factory=list)
+    left_out: dict[str, list[str]] = field(default_factory=dict)
+    """Verdict ids consumed without training, by reason: 'dropped' (the judge dropped it, or
+    it has no reward), 'stale' (older than the bound) or 'no_signal' (zero advantage)."""
+
+    def leave_out(self, verdict_id: str, reason: str) -> None:
+        self.left_out.setdefault(reason, []).append(verdict_id)
+
+    @property
+    def dropped(self) -> int:
+        return len(self.left_out.get("dropped", []))
+
+    @property
+    def stale(self) -> int:
+        return len(self.left_out.get("stale", []))
+
+    @property
+    def no_signal(self) -> int:
+        return len(self.left_out.get("no_signal", []))
 
 
 def trajectory(attempt: Attempt, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -110,20 +125,20 @@ def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: b
         rewards = [v.reward if _usable(v) else None for v in verdicts]
         for verdict, reward, adv in zip(verdicts, rewards, group_advantages(rewards, scale)):
             if adv is None or reward is None:
-                out.dropped += 1
+                out.leave_out(verdict.verdict_id, "dropped")
                 continue
             out.rewards.append(reward)
             out.passed += verdict.outcome == "pass"
             lag = version - verdict.attempt.policy_version
             if lag > max_staleness:
-                out.stale += 1
+                out.leave_out(verdict.verdict_id, "stale")
                 continue
             if adv == 0.0 and not keep_no_signal:
-                out.no_signal += 1
+                out.leave_out(verdict.verdict_id, "no_signal")
                 continue
             ids, sampled, behav = trajectory(verdict.attempt, max_len)
             if not sampled.any():
-                out.no_signal += 1
+                out.leave_out(verdict.verdict_id, "no_signal")
                 continue
             out.staleness.append(lag)
             out.samples.append(TrainSample(verdict.verdict_id, group.group_id,

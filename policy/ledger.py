@@ -31,6 +31,10 @@ class Ledger:
         """True if this verdict, or the group it belongs to, was consumed already."""
         return verdict_id in self.verdicts or group_id in self.groups
 
+    def consumed(self, verdict_id: str) -> bool:
+        """True if this verdict itself was consumed (trained or left out)."""
+        return verdict_id in self.verdicts
+
     def to_state(self) -> dict[str, list[str]]:
         return {"consumed_verdicts": list(self.verdicts), "consumed_groups": list(self.groups)}
 

@@ -2,7 +2,7 @@
 
 Consumes (version, weight parts or None, step, samples) from the learner; produces the
 object and the KV bump for each (`policy.versions`), or, for None, the same weights
-announced under the new number (sync mode after a batch with nothing to learn), and prunes
+announced under the new number (after a batch with nothing to learn), and prunes
 all but the newest `keep` objects. `submit` returns as soon as the uploader has taken the
 version, so the next learner step trains while the weights travel; one upload runs at a
 time, so versions are announced in order. It does not decide when to publish.
@@ -18,6 +18,7 @@ import anyio
 import anyio.abc
 import structlog
 
+from bus.errors import BusUnavailable
 from bus.messages import WeightVersion
 from bus.nats_bus import Bus
 from policy.versions import announce, prune_versions, publish_weights
@@ -69,7 +70,11 @@ class Publisher:
                                    samples=samples, created_at=time.time())
             await announce(self.bus, record)
         self.adopt(record)
-        pruned = await prune_versions(self.bus, set(self.recent))
+        try:
+            pruned = await prune_versions(self.bus, set(self.recent))
+        except BusUnavailable as exc:  # the next publish prunes what is left
+            log.warning("learner.prune_failed", error=str(exc))
+            return record
         if pruned:
             log.info("learner.versions_pruned", objects=pruned)
         return record

@@ -83,6 +83,23 @@ def test_groups_without_signal_are_skipped_but_consumed():
     assert out.samples == [] and out.no_signal == 2 and out.passed == 2
 
 
+def test_every_consumed_verdict_is_trained_or_left_out_with_its_reason():
+    """Three groups (one dropped member, one stale, one without signal): each id has one fate."""
+    buf = GroupBuffer(batch_size=7, timeout_s=60)
+    for i, r in enumerate([1.0, None, 0.0]):
+        buf.add(verdict("mixed", i, r, size=3, version=3), None, 0.0)
+    for i in range(2):
+        buf.add(verdict("old", i, float(i), version=1), None, 0.0)
+        buf.add(verdict("same", i, 1.0, version=3), None, 0.0)
+    out = assemble(buf.take_batch(0.0), version=3, max_staleness=1, scale=True, max_len=100)
+    assert out.left_out == {"dropped": ["mixed.1"], "stale": ["old.0", "old.1"],
+                            "no_signal": ["same.0", "same.1"]}
+    trained = [s.verdict_id for s in out.samples]
+    assert trained == ["mixed.0", "mixed.2"]
+    assert sorted(trained + [v for ids in out.left_out.values() for v in ids]) == sorted(out.consumed)
+    assert (out.dropped, out.stale, out.no_signal) == (1, 2, 2)
+
+
 def test_batches_hold_whole_groups_and_wait_for_missing_members():
     """Batch 4 of groups of 2: a group with one member waits; complete groups go together."""
     buf = GroupBuffer(batch_size=4, timeout_s=60)

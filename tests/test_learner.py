@@ -121,6 +121,69 @@ async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus
     assert g3["pass_rate"] == 0.5 and g3["mean_reward"] == 0.5
 
 
+async def test_async_batch_without_signal_still_moves_the_version(bus, nats_server, tmp_path):
+    """Async mode: a batch with nothing to train is announced as the next version (the same
+    weights), so the sampler's budget of (version + staleness + 1) * batch_size keeps moving;
+    the next batch with signal publishes trained weights."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, mode="async", batch_size=4, group_size=2, max_staleness=2)
+    learn_bus = await second_bus(nats_server, "learner")
+    versions = []
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            for prefix, rewards, version in (("same", (1.0, 1.0), 1), ("mixed", (1.0, 0.0), 2)):
+                await bus.publish_many(subjects.verdict_subject("train"), [
+                    (v.verdict_id, v) for v in synthetic_verdicts(2, 0, rewards, prefix)])
+                with anyio.fail_after(60):
+                    while (await current_version(bus)).version < version:
+                        await anyio.sleep(0.05)
+                versions.append(await current_version(bus))
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert [(v.version, v.object_name, v.samples) for v in versions] == [
+        (1, "", 0), (2, "policy-v00000002", 4)]
+
+
+async def test_member_arriving_after_its_group_was_trained_is_dropped_and_named(bus, nats_server, tmp_path):
+    """A group that timed out is trained with the members it had; a member arriving later is
+    acked untrained and logged as late (not as a duplicate), so its fate is known."""
+    from structlog.testing import capture_logs
+
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, mode="async", batch_size=2, group_size=2)
+    cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(cfg.learner,
+                                                                       group_timeout_s=1.0))
+    first, late = synthetic_verdicts(1, 0, (1.0, 0.0), "g")
+    learn_bus = await second_bus(nats_server, "learner")
+    try:
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(learner.run, learn_bus, cfg)
+                await bus.publish(subjects.verdict_subject("train"), first, msg_id=first.verdict_id)
+                with anyio.fail_after(60):
+                    while learn_bus.stats.gauges.get("step", 0) < 1:
+                        await anyio.sleep(0.05)
+                await bus.publish(subjects.verdict_subject("train"), late, msg_id=late.verdict_id)
+                with anyio.fail_after(30):
+                    while not any(e["event"] == "learner.late_member_dropped" for e in logs):
+                        await anyio.sleep(0.05)
+                learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    [step] = [e for e in logs if e["event"] == "learner.step_completed"]
+    assert step["trained"] == [] and step["left_out"] == {"no_signal": ["g0.0"]}
+    [dropped] = [e for e in logs if e["event"] == "learner.late_member_dropped"]
+    assert (dropped["verdict_id"], dropped["group_id"]) == ("g0.1", "g0")
+    assert not any(e["event"] == "learner.duplicate_skipped" for e in logs)
+    [state] = await bus.stream_states([subjects.STREAM_VERDICTS])
+    backlog = state.consumers[subjects.CONSUMER_LEARNER.durable]
+    assert (backlog["pending"], backlog["in_flight"]) == (0, 0)
+
+
 async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, nats_server, tmp_path):
     """world_size 2, ZeRO-2: a second rank process joins, one batch makes version 1, and the
     checkpoint holds optimizer shards of both ranks."""

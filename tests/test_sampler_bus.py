@@ -73,8 +73,9 @@ async def _stop(b: Bus) -> None:
 
 
 async def test_admission_follows_the_staleness_bound(bus, nats_server):
-    """4 groups at version 0; judged work stays counted until version 1; drops free budget;
-    every assignment is training work on a training task, never a held-out one."""
+    """4 groups at version 0; judged work stays counted until the learner's first step;
+    drops free budget; a version announced by a restarted learner without a new step adds
+    none; every assignment is training work on a training task, never a held-out one."""
     gen = Generator()
     heldout = {t.task_id for t, _ in collect(CONFIG.envs, seed=0, split="heldout")[0]}
     assert len(heldout) > 5
@@ -87,11 +88,14 @@ async def test_admission_follows_the_staleness_bound(bus, nats_server):
             await _verdicts(bus, a, passed=2)  # produced 8, in flight 8: still at the bound
         await gen.stays_at(4)
         await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
-                         WeightVersion(version=1, object_name="", created_at=time.time()))
+                         WeightVersion(version=1, object_name="", step=1, created_at=time.time()))
         await gen.wait_for(6)  # capacity 24: two more groups
         await gen.stays_at(6)
         await _verdicts(bus, gen.got[2], passed=0, dropped=True)  # 4 attempts freed
         await gen.wait_for(7)
+        await gen.stays_at(7)
+        await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,  # restarted at step 1
+                         WeightVersion(version=3, object_name="", step=1, created_at=time.time()))
         await gen.stays_at(7)
         await _stop(sbus)
         bus.stopping.set()
@@ -193,7 +197,7 @@ async def test_mix_and_band_hold_over_the_bus(bus, nats_server):
                                     SamplerState)).judged < 400:
                 await anyio.sleep(0.1)
         await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
-                         WeightVersion(version=1, object_name="", created_at=time.time()))
+                         WeightVersion(version=1, object_name="", step=1, created_at=time.time()))
         await gen.wait_for(800)
         await gen.stays_at(800, seconds=1.0)
         b.stopping.set()

@@ -1,0 +1,260 @@
+"""Chaos: kill -9 actors and the nats-server during a training run; nothing is lost or doubled.
+
+The whole pipeline runs as separate processes under `whet up` (sampler, generator with the
+fake engine, judge, executor, learner on the tiny model) against the test's own
+nats-server. Tasks come from `tests.quiet_scripts`, which the uniformly sampling fake
+engine solves about one time in four, so rewards differ within groups and the learner
+really trains. A seeded schedule kills each actor kind and the server with SIGKILL, each
+kill once the stack is whole again and work has moved on since the previous one; the
+learner dies between a trained step and the checkpoint that would hold it, so that step is
+lost and its verdicts come back. Then admission stops, the run drains and stops, and every
+admitted attempt is traced to exactly one fate.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import Counter
+
+import anyio
+
+from bus import subjects
+from bus.messages import SamplerState, Verdict
+from runtime.embedded import alive
+from runtime.status import StackStatus, gather
+from tests.chaos_support import (LearnerRecord, admitted_attempts, events, learner_record,
+                                 repeated)
+
+GROUP = 4
+KINDS = ("sampler", "generator", "judge", "executor", "learner")
+SCHEDULE = ["nats"] * 3 + ["learner", "executor", "judge", "generator"] * 2 + ["sampler"]
+"Twelve kills; the seed shuffles their order and timing."
+SEED = 7
+PROGRESS = 2 * GROUP
+"Verdicts stored between two kills, so that work keeps flowing."
+CHECKPOINT_EVERY = 2
+"Every other step is trained but not yet saved: where the learner is killed."
+WORK_STREAMS = (subjects.STREAM_TASKS, subjects.STREAM_ATTEMPTS, subjects.STREAM_EXEC,
+                subjects.STREAM_EXEC_DONE, subjects.STREAM_TURNS)
+
+CONFIG = f"""
+[actors.count]
+sampler = 1
+generator = 1
+judge = 1
+executor = 1
+learner = 1
+
+[supervisor]
+heartbeat_s = 1.0
+drain_s = 5.0
+restart_backoff_s = 0.5
+restart_backoff_max_s = 2.0
+
+[training]
+mode = "async"
+batch_size = {GROUP}
+group_size = {GROUP}
+max_staleness = 2
+
+[model]
+name = "tiny"
+max_context = 512
+
+[generator]
+engine = "fake"
+fake_vocab = 4
+[generator.sampling]
+max_new_tokens = 4
+
+[learner]
+lr = 0.001
+micro_batch_size = 4
+checkpoint_every = {CHECKPOINT_EVERY}
+
+[executor]
+concurrency = 2
+[executor.sandbox]
+backend = "subprocess"
+
+[envs]
+mix = {{ quiet = 1.0 }}
+[envs.use.quiet_scripts]
+target = "tests.quiet_scripts:ENVIRONMENT"
+count = 12
+heldout_share = 0.0
+checks = ["determinism"]
+[envs.gates.sandbox]
+backend = "subprocess"
+"""
+
+
+async def patiently(call, timeout_s: float = 60.0):
+    """`call()` retried through server outages (the test's own connection reconnects too)."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            try:
+                with anyio.fail_after(5):
+                    return await call()
+            except Exception:  # noqa: BLE001 - the server may be down right now
+                await anyio.sleep(0.3)
+
+
+def healthy(snap: StackStatus, since: float = 0.0) -> bool:
+    """One ready instance of every kind, beating since `since`, its process alive."""
+    ready = {a.kind: a for a in snap.actors if a.state == "ready" and alive(a.pid)}
+    return all(k in ready and snap.at - ready[k].beat_age_s > since for k in KINDS)
+
+
+async def verdict_count(bus) -> int:
+    [state] = await bus.stream_states([subjects.STREAM_VERDICTS])
+    return state.messages
+
+
+class Chaos:
+    """Kills on a seeded schedule, each once the stack is healthy and work has moved on. The
+    learner is killed when it has trained a step that no checkpoint holds yet, the moment
+    a sample could be trained twice; the others at a random phase of their work."""
+
+    def __init__(self, bus, server, run_dir) -> None:
+        self.bus, self.server, self.run_dir = bus, server, run_dir
+        self.rng = random.Random(SEED)
+        self.killed: list[tuple[str, int]] = []
+        self.last_server_start = 0.0
+
+    async def wait_until(self, predicate, timeout_s: float = 180.0) -> StackStatus:
+        with anyio.fail_after(timeout_s):
+            while True:
+                snap = await patiently(lambda: gather(self.bus))
+                if await predicate(snap):
+                    return snap
+                await anyio.sleep(0.25)
+
+    async def settled_and_moving(self, since_verdicts: int) -> StackStatus:
+        async def ok(snap: StackStatus) -> bool:
+            return (healthy(snap, self.last_server_start)
+                    and await patiently(lambda: verdict_count(self.bus)) >= since_verdicts + PROGRESS)
+        return await self.wait_until(ok)
+
+    async def run(self) -> bool:
+        """Kill on schedule; True once the stack is healthy again and work moved on."""
+        schedule = SCHEDULE[:]
+        self.rng.shuffle(schedule)
+        verdicts = await patiently(lambda: verdict_count(self.bus))
+        for target in schedule:
+            snap = await self.settled_and_moving(verdicts)
+            verdicts = await patiently(lambda: verdict_count(self.bus))
+            if target == "learner":
+                await self.learner_between_checkpoints()
+            else:
+                await anyio.sleep(self.rng.uniform(0.0, 1.5))
+            if target == "nats":
+                self.server.kill()
+                await anyio.sleep(self.rng.uniform(0.5, 2.0))
+                await anyio.to_thread.run_sync(self.server.start)
+                self.last_server_start = time.time()
+                self.killed.append(("nats", 0))
+            else:
+                [actor] = [a for a in snap.actors if a.kind == target and a.state == "ready"]
+                os.kill(actor.pid, signal.SIGKILL)
+                self.killed.append((target, actor.pid))
+        snap = await self.settled_and_moving(verdicts)
+        return healthy(snap, self.last_server_start)
+
+    async def learner_between_checkpoints(self) -> None:
+        def unsaved() -> bool:
+            steps = [e for e in events(self.run_dir, "learner-1") if e["event"] in (
+                "learner.step_completed", "learner.checkpoint_saved", "learner.resumed")]
+            return (bool(steps) and steps[-1]["event"] == "learner.step_completed"
+                    and steps[-1]["fields"]["step"] % CHECKPOINT_EVERY != 0)
+        with anyio.fail_after(120):
+            while not unsaved():
+                await anyio.sleep(0.1)
+
+
+async def drained(bus, run_dir) -> bool:
+    """Nothing waits in the work queues, and the learner has consumed every verdict stored
+    (it acks the last ones when it saves its checkpoint at the stop)."""
+    states = {s.name: s for s in await bus.stream_states(
+        [*WORK_STREAMS, subjects.STREAM_VERDICTS])}
+    verdicts = states[subjects.STREAM_VERDICTS]
+    consumed = {vid for vid, _ in learner_record(events(run_dir, "learner-1")).fates()}
+    return (all(states[s].messages == 0 for s in WORK_STREAMS if s in states)
+            and verdicts.consumers[subjects.CONSUMER_LEARNER.durable]["pending"] == 0
+            and len(consumed) >= verdicts.messages)
+
+
+async def drain_and_stop(bus, stack) -> None:
+    """Stop admission, let every admitted attempt through, then `whet down`."""
+    assert stack.proc.poll() is None, "whet up died during the chaos"
+    scaled = await anyio.to_thread.run_sync(lambda: stack.whet("scale", "sampler=0"))
+    assert scaled.returncode == 0, scaled.stderr
+    with anyio.fail_after(120):
+        while not await patiently(lambda: drained(bus, stack.run_dir)):
+            await anyio.sleep(0.5)
+    await anyio.to_thread.run_sync(stack.stop)
+
+
+async def admitted_by_sampler(bus, run_dir) -> set[str]:
+    """Attempt ids the sampler's events name, checked against its own persisted count."""
+    admitted = admitted_attempts(events(run_dir, "sampler-1"), GROUP)
+    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
+    assert len(admitted) == state.admitted > 0
+    return admitted
+
+
+def fates_with_reasons(record: LearnerRecord, verdicts: dict[str, Verdict]) -> dict[str, str]:
+    """Each consumed verdict id: 'trained', or why not (a judge's drop gives its cause)."""
+    fates = record.fates()
+    assert repeated(vid for vid, _ in fates) == {}, "a verdict was consumed twice"
+    return {vid: verdicts[vid].cause if fate == "dropped" else fate for vid, fate in fates}
+
+
+async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_server):
+    """Twelve kill -9s (each actor kind, the server three times) during a run; afterwards every
+    admitted attempt has exactly one verdict and exactly one fate in the surviving learner
+    updates (trained, or left out with a reason), none trained twice, and the queues drain."""
+    stack = make_stack(CONFIG)
+    await anyio.to_thread.run_sync(stack.start)
+    chaos = Chaos(bus, nats_server, stack.run_dir)
+    began = time.monotonic()
+    recovered = await chaos.run()
+    chaos_s = time.monotonic() - began
+    await drain_and_stop(bus, stack)
+
+    kills = Counter(kind for kind, _ in chaos.killed)
+    assert sum(kills.values()) >= 10 and set(kills) == {*KINDS, "nats"}, kills
+    assert recovered, "after the last kill every actor is back, reconnected, and work flows"
+
+    admitted = await admitted_by_sampler(bus, stack.run_dir)
+    stored = [v async for _, v, _ in bus.replay(
+        subjects.STREAM_VERDICTS, subjects.verdict_subject("train"), Verdict, follow=False)]
+    assert repeated(v.verdict_id for v in stored) == {}, "an attempt has two verdicts"
+    assert all(v.verdict_id == v.attempt.attempt_id for v in stored)
+    verdicts = {v.verdict_id: v for v in stored}
+    assert set(verdicts) == admitted
+
+    record = learner_record(events(stack.run_dir, "learner-1"))
+    assert [s["step"] for s in record.steps] == list(range(1, len(record.steps) + 1))
+    for resumed in record.resumes:  # the checkpoint's ledger holds what its steps consumed
+        assert resumed["consumed"] == record.consumed_through(resumed["step"]), resumed
+    fates = fates_with_reasons(record, verdicts)
+    trained = [vid for vid, fate in fates.items() if fate == "trained"]
+    dropped = {vid: why for vid, why in fates.items() if why != "trained"}
+    assert len(admitted) == len(trained) + len(dropped) and set(fates) == admitted
+    assert all(dropped.values()), "dropped without a reason"
+    assert len(trained) >= 4 * GROUP, f"too little was trained to mean anything: {len(trained)}"
+
+    states = {s.name: s for s in await bus.stream_states(
+        [*WORK_STREAMS, subjects.STREAM_DLQ, subjects.STREAM_VERDICTS])}
+    assert all(states[s].messages == 0 for s in WORK_STREAMS if s in states)
+    assert states[subjects.STREAM_DLQ].messages == 0, "work was dead-lettered"
+    learner = states[subjects.STREAM_VERDICTS].consumers[subjects.CONSUMER_LEARNER.durable]
+    assert (learner["pending"], learner["in_flight"]) == (0, 0), "verdicts left unacked"
+    print(f"chaos {chaos_s:.0f} s, kills {dict(kills)}, admitted {len(admitted)}, "
+          f"trained {len(trained)}, dropped {dict(Counter(dropped.values()))}, "
+          f"learner steps {len(record.steps)} (+{record.lost_steps} lost and redone), "
+          f"restarts resumed from a checkpoint {len(record.resumes)}")
