@@ -8,11 +8,14 @@ a round: each chosen held-out task once, as `TaskAssignment(purpose="eval", grou
 on `whet.v1.tasks`, with ids derived from the round, so a restart re-publishes nothing new.
 
 Produces, per policy version of the attempts, an `evaluator.evaluated` event (fields
-`version`, `overall`, `complete`, `pass_rates` by domain, `trained`, `transfer` (domains the
-mix does not train on), `attempts`, `train_reward`; the monitor and `whet` progress read them)
-and heartbeat gauges `heldout.<domain>`; and an `evaluator.divergence_detected` warning when the
-training reward rises while the held-out pass rate does not. It does NOT score attempts (the
-judge does) and never publishes training work.
+`version`, `round`, `overall`, `complete`, `pass_rates` and mean `rewards` by domain, `reward`,
+`trained`, `transfer` (domains the mix does not train on), `attempts`, `train_reward`; the
+monitor and `whet` progress read them); heartbeat gauges `heldout.<domain>`; the newest
+reported round in its KV state (`last_reported`: with `evaluator.hold_learner` the learner
+publishes nothing past an evaluated version until then, so a round measures one version);
+and an `evaluator.divergence_detected` warning when the training reward rises while the
+held-out pass rate does not. It does NOT score attempts (the judge does) and never
+publishes training work.
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ class Evaluator:
         self.ready.set()
 
     async def start_round(self, version: int) -> None:
+        if not self.heldout:  # nothing to evaluate: say so, so a holding learner goes on
+            self.state.last_round = self.state.last_reported = version
+            await self.save()
+            log.warning("evaluator.round_skipped", version=version, reason="no held-out tasks")
+            return
         items = []
         for i, task in enumerate(self.heldout):
             aid = round_assignment_id(self.prefix, version, i)
@@ -99,10 +107,15 @@ class Evaluator:
         current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
         if current is None and self.state.last_round < 0:
             await self.start_round(0)  # the initial weights, before the learner publishes
+        cut = self.state.last_round
+        if cut > self.state.last_reported and cut not in self.rounds:
+            # A round cut short by a restart: its verdicts not yet seen are redelivered, and
+            # it reports what it has after round_timeout_s at the latest.
+            self.rounds[cut] = Round(cut, len(self.heldout), time.monotonic())
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             v = current.version
-            if v > self.state.last_round and v % every == 0 and self.heldout:
+            if v > self.state.last_round and v % every == 0:
                 await self.start_round(v)
 
     async def on_eval(self, verdict: Verdict, delivery: Delivery) -> None:
@@ -113,7 +126,8 @@ class Evaluator:
         if rnd is None:  # a round from before a restart: its expected size is the same set
             await self.ready.wait()
             rnd = self.rounds[version] = Round(version, len(self.heldout), time.monotonic())
-        rnd.add(verdict.attempt.policy_version, verdict.attempt.task.domain, verdict.outcome)
+        rnd.add(verdict.attempt.policy_version, verdict.attempt.task.domain, verdict.outcome,
+                verdict.reward)
         if rnd.complete:
             await self.report(self.rounds.pop(version))
 
@@ -131,6 +145,7 @@ class Evaluator:
 
     async def report(self, rnd: Round) -> None:
         self.reported.add(rnd.version)
+        self.state.last_reported = max(self.state.last_reported, rnd.version)
         rewards = {v: sum(r) / len(r) for v, r in self.rewards.items() if r}
         for point in rnd.points(rewards):
             self.state.history = (self.state.history + [point])[-HISTORY:]
@@ -139,6 +154,7 @@ class Evaluator:
             log.info("evaluator.evaluated", version=point.version, policy_version=point.version,
                      round=rnd.version,
                      pass_rates=point.pass_rates, attempts=point.attempts, overall=point.overall,
+                     rewards=point.rewards, reward=point.reward,
                      trained=trained, transfer=transfer, train_reward=point.train_reward,
                      complete=point.complete, dropped=rnd.dropped)
             self.bus.stats.gauges.update({f"heldout.{d}": r for d, r in point.pass_rates.items()})

@@ -12,7 +12,10 @@ every consumed verdict id, so a restart resumes with optimizer state and never t
 sample twice. Logs `learner.step_completed` per batch, naming every verdict id it consumed:
 `trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
 after its group was trained without it (the group timed out) is acked untrained and logged
-as `learner.late_member_dropped`. So each verdict's fate can be traced.
+as `learner.late_member_dropped`. So each verdict's fate can be traced. With
+`evaluator.hold_learner` (and an evaluator in the stack) it publishes nothing past an
+evaluated version until the evaluator reports that version's round (`learner.held_for_eval`);
+that time counts as neither idle nor busy.
 
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
@@ -29,7 +32,8 @@ import structlog
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
-from bus.messages import Verdict
+from bus.errors import BusUnavailable
+from bus.messages import EvaluatorState, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
 from policy.groups import Group, GroupBuffer
@@ -69,7 +73,7 @@ class Learner:
         self.duplicates = 0
         self.late = 0
         "Verdicts that arrived after their group was trained without them."
-        self.idle_s = self.busy_s = 0.0
+        self.idle_s = self.busy_s = self.held_s = 0.0
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
             self.held_limit)
 
@@ -154,12 +158,42 @@ class Learner:
         # A batch with nothing to train moves the version too (the same weights, renumbered):
         # the sampler admits (version + staleness + 1) * batch_size samples in all, so
         # without it every such batch would use up budget for good and admission would stop.
+        held = 0.0
         if t.mode == "sync" or not batch.samples or self.unpublished >= self.lc.publish_every:
+            held = await self.hold_for_eval()
             await self._publish()
         if self.step % self.lc.checkpoint_every == 0:
             await self.checkpoint()
-        self.busy_s += time.monotonic() - began
+        self.busy_s += time.monotonic() - began - held
         self._report(batch, metrics, len(groups), trained_at, time.monotonic() - began)
+
+    async def hold_for_eval(self) -> float:
+        """Before moving past an evaluated version, wait until the evaluator reported its
+        round (`evaluator.hold_learner`), so the round's attempts all come from it. Returns
+        the seconds held."""
+        ev = self.config.evaluator
+        if (not ev.hold_learner or self.version % ev.every_versions
+                or not self.config.actors.count.get("evaluator")):
+            return 0.0
+        began = time.monotonic()
+        reported = False
+        log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
+        with anyio.move_on_after(ev.hold_s):
+            while not (reported or self.bus.stopping.is_set()):
+                try:
+                    state = await self.bus.kv_get_patiently(
+                        subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
+                except BusUnavailable as exc:  # a long outage: ask again
+                    log.warning("learner.hold_check_failed", error=str(exc))
+                    state = None
+                reported = state is not None and state.last_reported >= self.version
+                if not reported:
+                    await anyio.sleep(1.0)
+        held = time.monotonic() - began
+        self.held_s += held
+        log.info("learner.held_for_eval", policy_version=self.version, seconds=round(held, 3),
+                 reported=reported)
+        return held
 
     async def _publish(self, now: bool = False) -> None:
         """Next version: the trained weights (copied, so training may go on while they
@@ -212,6 +246,7 @@ class Learner:
             late=self.late, step_s=round(seconds, 3), trained_at=trained_at,
             trained=[s.verdict_id for s in batch.samples], left_out=batch.left_out,
             idle_frac=round(self.idle_s / max(self.idle_s + self.busy_s, 1e-9), 4),
+            held_for_eval_s=round(self.held_s, 3),
             **{k: round(v, 6) for k, v in metrics.items()})
         log.info("learner.step_completed", **fields)
         self.bus.stats.processed = self.samples

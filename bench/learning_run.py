@@ -41,6 +41,9 @@ def heldout_by_version(run_dir: Path) -> dict[int, dict]:
         if event["event"] == "evaluator.evaluated":
             f = event["fields"]
             out[int(f["policy_version"])] = {"overall": f.get("overall"),
+                                             "round": f.get("round"),
+                                             "reward": f.get("reward"),
+                                             "rewards": f.get("rewards"),
                                              "pass_rates": f.get("pass_rates"),
                                              "attempts": f.get("attempts"),
                                              "complete": f.get("complete")}
@@ -77,8 +80,10 @@ def main(args: argparse.Namespace) -> int:
     print(json.dumps(summary, indent=2))
     if len(heldout) >= 2:
         first, last = min(heldout), max(heldout)
-        print(f"held-out pass rate: version {first} {heldout[first]['pass_rates']} -> "
-              f"version {last} {heldout[last]['pass_rates']}")
+        for v in (first, last):
+            h = heldout[v]
+            print(f"held-out at version {v}: pass rate {h['overall']:.3f} {h['pass_rates']}, "
+                  f"mean reward {h['reward']}, attempts {h['attempts']}")
     return 0
 
 

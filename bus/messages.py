@@ -453,6 +453,10 @@ class EvalPoint(Part):
     "Held-out attempts judged by domain."
     overall: float = 0.0
     "Pass rate over every held-out attempt of this version."
+    rewards: dict[str, float] = {}
+    "Mean judge reward of the held-out attempts by domain (partial credit shows here first)."
+    reward: float | None = None
+    "Mean judge reward over every held-out attempt of this version."
     train_reward: float | None = None
     "Mean training reward of attempts sampled by this version, if any were judged."
     complete: bool = True
@@ -464,6 +468,8 @@ class EvaluatorState(Message, tag="whet.evaluator_state.v1"):
 
     last_round: int = -1
     "Policy version of the last round published."
+    last_reported: int = -1
+    "Policy version of the newest round reported (the learner's hold waits for it)."
     history: list[EvalPoint] = []
     "Recent evaluations, oldest first."
 

@@ -58,6 +58,17 @@ class KeyValueCalls:
         value = await self.kv_get_bytes(bucket, key)
         return decode(value, cls) if value else None
 
+    async def kv_get_patiently(self, bucket: str, key: str, cls: type[M]) -> M | None:
+        """`kv_get`, retrying through an outage; BusUnavailable after the publish deadline."""
+        deadline = time.monotonic() + self.settings.publish_deadline_s
+        while True:
+            try:
+                return await self.kv_get(bucket, key, cls)
+            except RETRYABLE as exc:
+                if time.monotonic() > deadline:
+                    raise BusUnavailable(f"reading {bucket}/{key}: {exc!r}") from exc
+                await anyio.sleep(0.25)
+
     async def kv_delete(self, bucket: str, key: str) -> None:
         """Delete `key` if present."""
         kv = await self.js.key_value(bucket)

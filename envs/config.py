@@ -117,6 +117,12 @@ class EvaluatorConfig(Section):
     "Held-out tasks per domain in each round (the same ones every round)."
     round_timeout_s: Positive = 3600.0
     "A round reports what it has after this long, marked incomplete."
+    hold_learner: bool = True
+    """The learner publishes no version after an evaluated one until that version's round is
+    reported (or `hold_s` passed), so every attempt of a round comes from the evaluated
+    weights. Off: rounds may mix versions; each attempt counts under the version that made it."""
+    hold_s: Positive = 1800.0
+    "Longest the learner holds for one round."
     window: Annotated[int, msgspec.Meta(ge=2, le=100)] = 3
     "Evaluations compared when looking for reward rising without held-out gains."
     reward_rise: Annotated[float, msgspec.Meta(ge=0.0)] = 0.05

@@ -41,6 +41,7 @@ def pick_heldout(tasks: list[Task], per_domain: int) -> dict[str, list[Task]]:
 class Tally:
     passed: int = 0
     total: int = 0
+    reward: float = 0.0
 
 
 @dataclass
@@ -54,14 +55,16 @@ class Round:
     dropped: int = 0
     by_version: dict[int, dict[str, Tally]] = field(default_factory=dict)
 
-    def add(self, policy_version: int, domain: str, outcome: str) -> None:
+    def add(self, policy_version: int, domain: str, outcome: str,
+            reward: float | None = None) -> None:
         self.received += 1
-        if outcome == "dropped":  # infrastructure: no evidence about the policy
+        if outcome == "dropped" or reward is None:  # infrastructure: no evidence about the policy
             self.dropped += 1
             return
         tally = self.by_version.setdefault(policy_version, {}).setdefault(domain, Tally())
         tally.total += 1
         tally.passed += outcome == "pass"
+        tally.reward += reward
 
     @property
     def complete(self) -> bool:
@@ -79,6 +82,8 @@ class Round:
                 pass_rates={d: t.passed / t.total for d, t in sorted(tallies.items()) if t.total},
                 attempts={d: t.total for d, t in sorted(tallies.items())},
                 overall=passed / total if total else 0.0,
+                rewards={d: t.reward / t.total for d, t in sorted(tallies.items()) if t.total},
+                reward=sum(t.reward for t in tallies.values()) / total if total else None,
                 train_reward=train_rewards.get(version), complete=self.complete))
         return out
 

@@ -8,7 +8,8 @@ Consumes `learner.step_completed` and `evaluator.evaluated` events from the even
   each stamped with wall seconds and CPU seconds of the whole stack since start;
 - `<run dir>/plots/*.png` (reward, held-out pass rate, staleness against steps), redrawn as
   rows arrive;
-and, once `training.max_steps` steps are done, a stop of the stack. It trains nothing.
+and, once `training.max_steps` steps are done (and the evaluator has reported the round of
+the last version due one), a stop of the stack. It trains nothing.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ log = structlog.get_logger("runtime.progress")
 
 TRAIN_COLUMNS = ["step", "policy_version", "samples_total", "mean_reward", "pass_rate",
                  "staleness_mean", "staleness_max", "stale_rejected", "step_s", "idle_frac",
-                 "loss", "kl", "clip_frac", "wall_s", "cpu_s"]
-EVAL_COLUMNS = ["policy_version", "step", "overall", "trained", "transfer", "attempts",
-                "complete", "wall_s", "cpu_s"]
+                 "held_for_eval_s", "loss", "kl", "clip_frac", "wall_s", "cpu_s"]
+EVAL_COLUMNS = ["policy_version", "round", "step", "overall", "reward", "trained", "transfer",
+                "attempts", "complete", "wall_s", "cpu_s"]
 
 
 class CsvLog:
@@ -82,6 +83,7 @@ class Progress:
         self.eval = CsvLog(run_dir.path / "metrics" / "eval.csv", EVAL_COLUMNS)
         self.step = 0
         self.heldout: float | None = None
+        self.last_round = -1
         self.last: dict[str, Any] = {}
 
     def stamp(self) -> dict[str, float]:
@@ -96,6 +98,8 @@ class Progress:
 
     def on_eval(self, fields: dict[str, Any]) -> None:
         self.heldout = fields.get("overall")
+        if isinstance(fields.get("round"), int):
+            self.last_round = max(self.last_round, fields["round"])
         attempts = fields.get("attempts")
         if isinstance(attempts, dict):
             attempts = sum(attempts.values())
@@ -119,7 +123,14 @@ class Progress:
 
     @property
     def done(self) -> bool:
-        return bool(self.cfg.training.max_steps) and self.step >= self.cfg.training.max_steps
+        """`max_steps` steps trained and, with an evaluator, the last version due a round
+        evaluated (so a run ends with the held-out rate of what it trained)."""
+        if not (self.cfg.training.max_steps and self.step >= self.cfg.training.max_steps):
+            return False
+        if not self.cfg.actors.count.get("evaluator"):
+            return True
+        version = int(self.last.get("policy_version") or 0)
+        return self.last_round >= version - version % self.cfg.evaluator.every_versions
 
 
 async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,

@@ -15,7 +15,8 @@ import structlog
 from actors import evaluator as evaluator_actor
 from bus import subjects
 from bus.consumer import consume
-from bus.messages import Attempt, Event, TaskAssignment, Verdict, WeightVersion
+from bus.messages import (Attempt, EvaluatorState, Event, TaskAssignment, Verdict,
+                          WeightVersion)
 from bus.nats_bus import Bus, Identity
 from envs.config import EnvEntry, EnvsConfig, EvaluatorConfig
 from runtime import log as log_mod
@@ -89,6 +90,13 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
             await anyio.sleep(0.5)
             await _answer(bus, got, 0)
             first = (await _events(bus, "evaluator.evaluated", 1))[0]
+            with anyio.fail_after(10):  # what a holding learner waits for
+                while True:
+                    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                             EvaluatorState)
+                    if state is not None and state.last_reported == 0:
+                        break
+                    await anyio.sleep(0.1)
             await _train_rewards(bus, got[0].task, 1, 0.6)
             await anyio.sleep(0.5)
             await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
@@ -112,6 +120,7 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     assert f["version"] == f["policy_version"] == 0 and f["complete"] is True
     assert f["overall"] == 0.4
     assert f["pass_rates"] == {"python": 0.2, "structured": 0.6}
+    assert f["rewards"] == {"python": 0.2, "structured": 0.6} and f["reward"] == 0.4
     assert f["trained"] == {"structured": 0.6} and f["transfer"] == {"python": 0.2}
     assert f["train_reward"] == 0.1
     assert warning.level == "warning" and warning.fields["policy_version"] == 1

@@ -9,16 +9,19 @@ from __future__ import annotations
 import anyio
 import msgspec
 import pytest
+import structlog
+import structlog.testing
 import torch
 
 from actors import generator, learner
 from bus import subjects
 from bus.codec import unpack_f32, unpack_ids
-from bus.messages import Attempt, Verdict
+from bus.messages import Attempt, EvaluatorState, Verdict
 from bus.nats_bus import Bus, Identity
 from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, SamplingConfig
 from policy.versions import current_version, fetch_weights
-from runtime.config import RunConfig, TrainingConfig
+from envs.config import EvaluatorConfig
+from runtime.config import ActorsConfig, RunConfig, TrainingConfig
 from tests.conftest import bus_settings
 from tests.test_generator import assignment, attempts_on_bus
 
@@ -145,6 +148,42 @@ async def test_async_batch_without_signal_still_moves_the_version(bus, nats_serv
         await learn_bus.close()
     assert [(v.version, v.object_name, v.samples) for v in versions] == [
         (1, "", 0), (2, "policy-v00000002", 4)]
+
+
+async def test_learner_holds_past_an_evaluated_version_until_its_round_is_reported(bus, nats_server, tmp_path):
+    """With an evaluator in the stack evaluating every version, the learner trains its batch
+    but publishes version 1 only once the evaluator's KV state says round 0 is reported, so
+    the round's attempts all come from version 0."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = msgspec.structs.replace(
+        tiny_run_config(tmp_path, mode="async", batch_size=4, group_size=2),
+        actors=ActorsConfig(count={"evaluator": 1}), evaluator=EvaluatorConfig(every_versions=1))
+    learn_bus = await second_bus(nats_server, "learner")
+    with structlog.testing.capture_logs() as logs:
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(learner.run, learn_bus, cfg)
+                await bus.publish_many(subjects.verdict_subject("train"), [
+                    (v.verdict_id, v) for v in synthetic_verdicts(2, 0, (1.0, 0.0), "held")])
+                with anyio.fail_after(60):
+                    while not any(e["event"] == "learner.holding_for_eval" for e in logs):
+                        await anyio.sleep(0.05)
+                await anyio.sleep(2.0)
+                held = await current_version(bus)
+                await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                 EvaluatorState(last_round=0, last_reported=0))
+                with anyio.fail_after(30):
+                    while (await current_version(bus)).version < 1:
+                        await anyio.sleep(0.05)
+                released = await current_version(bus)
+                learn_bus.stopping.set()
+        finally:
+            await learn_bus.close()
+    assert held.version == 0
+    assert (released.version, released.samples) == (1, 4)
+    [done] = [e for e in logs if e["event"] == "learner.held_for_eval"]
+    assert done["reported"] is True and done["seconds"] >= 2.0 and done["policy_version"] == 0
 
 
 async def test_member_arriving_after_its_group_was_trained_is_dropped_and_named(bus, nats_server, tmp_path):
