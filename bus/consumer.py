@@ -144,6 +144,8 @@ class _Loop:
         self.bus, self.spec, self.cls, self.handler = bus, spec, cls, handler
         self.max_in_flight, self.ack_wait_s, self.max_deliver = max_in_flight, ack_wait_s, max_deliver
         self.held: set[Delivery] = set()
+        self.parked = 0
+        "Held deliveries whose handler deferred them: they free their slot only when settled."
         self.low_water = max(1, max_in_flight // 2)
         self.queue: deque[Delivery] = deque()
         self.idle: deque[anyio.Event] = deque()
@@ -221,7 +223,7 @@ class _Loop:
         # for one message at a time (a round trip per message halves throughput).
         while not self.bus.stopping.is_set():
             free = self.max_in_flight - len(self.held)
-            if free < self.low_water:
+            if free < self._batch_threshold():
                 await self._wait_changed()
                 continue
             try:
@@ -239,11 +241,22 @@ class _Loop:
             self.bus.stats.in_flight = len(self.held)
             self._wake_spare()
 
+    def _batch_threshold(self) -> int:
+        # Parked (deferred) deliveries may hold their slots for minutes (the learner keeps
+        # verdicts until a checkpoint): wait for half of the slots that can free soon, not
+        # half of all, or a consumer holding half its slots parked would never fetch again.
+        return max(1, min(self.low_water, (self.max_in_flight - self.parked) // 2))
+
     async def _handle(self, d: Delivery) -> None:
         try:
             await self._dispatch(d)
             if d.deferred:
-                await d.wait_settled()
+                self.parked += 1
+                self.changed.set()
+                try:
+                    await d.wait_settled()
+                finally:
+                    self.parked -= 1
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await d.nak()
@@ -255,7 +268,7 @@ class _Loop:
             self.bus.stats.in_flight = len(self.held)
             # Wake the fetcher only when it has something to do: a batch's worth of free
             # slots, or nothing left to drain.
-            if not self.held or self.max_in_flight - len(self.held) >= self.low_water:
+            if not self.held or self.max_in_flight - len(self.held) >= self._batch_threshold():
                 self.changed.set()
 
     async def _dispatch(self, d: Delivery) -> None:

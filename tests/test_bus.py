@@ -115,6 +115,36 @@ async def test_in_flight_work_is_bounded(bus):
     assert peak == 4
 
 
+async def test_deferred_deliveries_do_not_stall_fetching(bus):
+    """A handler that defers (the learner holds verdicts until a checkpoint) keeps getting
+    messages while most of its slots are parked: with 5 of 8 slots parked, the 3 free ones
+    are filled, rather than waiting for half the slots to free."""
+    await bus.publish_many(subjects.TASKS, [(f"a{i}", assignment(i)) for i in range(20)])
+    got = []
+
+    async def park(msg, delivery):
+        delivery.defer()
+        got.append(delivery)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), park,
+                                      max_in_flight=8, drain_s=0.5))
+        with anyio.fail_after(10):
+            while len(got) < 8:
+                await anyio.sleep(0.05)
+        for delivery in got[:3]:
+            await delivery.ack()
+        with anyio.fail_after(10):
+            while len(got) < 11:
+                await anyio.sleep(0.05)
+        await anyio.sleep(0.5)
+        received = len(got)
+        for delivery in got[3:]:
+            await delivery.ack()
+        bus.stopping.set()
+    assert received == 11  # never more than max_in_flight held
+
+
 async def test_stop_gives_back_unfinished_work(bus):
     """Work still running when the drain time ends is nak'ed and redelivered, not lost."""
     await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
