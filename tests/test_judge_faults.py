@@ -228,9 +228,19 @@ async def test_the_executor_killed_mid_job_gives_no_reward_until_a_clean_rerun(m
         async for _, verdict, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict):
             break
     assert (verdict.verdict_id, verdict.outcome, verdict.reward) == ("k1.0", "pass", 1.0)
-    events = [e async for _, e, _ in bus.replay(subjects.STREAM_EVENTS, subjects.event_filter(), Event, follow=False)]
+
+    async def completed() -> tuple[list[Event], list[Event]]:
+        events = [e async for _, e, _ in bus.replay(subjects.STREAM_EVENTS, subjects.event_filter(),
+                                                    Event, follow=False)]
+        return events, [e for e in events if e.event == "exec.completed"
+                        and e.fields.get("request_id") == "k1.0/t1/r0"]
+
+    with anyio.fail_after(30):  # events travel apart from verdicts: they may land later
+        while not (await completed())[1]:
+            await anyio.sleep(0.2)
+    await anyio.sleep(1.0)
+    events, done = await completed()
     assert any(e.event == "actor.exited" and e.fields.get("kind") == "executor" for e in events)
-    done = [e for e in events if e.event == "exec.completed" and e.fields.get("request_id") == "k1.0/t1/r0"]
     assert len(done) == 1
 
 
