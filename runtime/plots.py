@@ -58,9 +58,11 @@ def draw(run_dir: Path) -> list[Path]:
     charts = {
         "reward.png": ("mean training reward", [("mean reward", train, "mean_reward"),
                                                 ("pass rate", train, "pass_rate")]),
-        "heldout.png": ("held-out pass rate", [("overall", evals, "overall"),
-                                               ("trained domains", evals, "trained"),
-                                               ("transfer domains", evals, "transfer")]),
+        "heldout.png": ("held-out pass rate and mean reward",
+                        [("pass rate", evals, "overall"),
+                         ("pass rate, trained domains", evals, "trained"),
+                         ("pass rate, transfer domains", evals, "transfer"),
+                         ("mean reward", evals, "reward")]),
         "staleness.png": ("staleness (policy versions)", [("mean", train, "staleness_mean"),
                                                           ("max", train, "staleness_max")]),
     }
