@@ -133,6 +133,11 @@ async def main(args) -> None:
         server.start()
         try:
             bus = await Bus.connect(BusSettings(url=server.url), Identity("bench", "bench"))
+            # The consumer loop also reads the server's max-deliveries advisories.
+            await bus.ensure_topology([
+                spec for spec in subjects.streams(work_max_bytes=-1, retention_s=3600,
+                                                  events_max_bytes=-1)
+                if spec.name == subjects.STREAM_ADVISORIES])
             nc = await nats.connect(server.url)
             print(f"{'size':>6} {'phase':>8} {'raw msg/s':>11} {'bus msg/s':>11} {'ratio':>6}")
             for label, make, n in (("1KB", one_kb, args.small), ("26KB", rollout, args.large)):
