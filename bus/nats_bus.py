@@ -29,11 +29,11 @@ from nats.js import api
 
 from bus import subjects
 from bus.codec import encode
-from bus.errors import BusUnavailable, PermissionDenied
+from bus.errors import BusError, BusUnavailable, PermissionDenied
 from bus.messages import Message
 from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
-from bus.nats_retry import RETRYABLE, STREAM_FULL
+from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, STREAM_FULL
 
 M = TypeVar("M", bound=Message)
 log = structlog.get_logger("bus")
@@ -206,9 +206,18 @@ class Bus(KeyValueCalls, StreamReads):
     # --- topology ------------------------------------------------------------------------
 
     async def ensure_topology(self, specs: list[subjects.StreamSpec]) -> None:
-        """Create or update every stream, KV bucket and the weights object store."""
+        """Create or update every stream, KV bucket and the weights object store.
+
+        Raises BusError naming the stream and its config key when the server cannot reserve
+        a stream's size cap.
+        """
         for spec in specs:
-            await self._ensure_stream(spec)
+            try:
+                await self._ensure_stream(spec)
+            except nats.js.errors.APIError as exc:
+                if exc.err_code != STORAGE_EXHAUSTED:
+                    raise
+                raise BusError(_no_room(spec, specs)) from exc
         for bucket, max_age in (
             (subjects.BUCKET_POLICY, 0.0),
             (subjects.BUCKET_ACTORS, 3600.0),
@@ -341,3 +350,15 @@ class Bus(KeyValueCalls, StreamReads):
 def local_identity(kind: str, instance: str = "", run_id: str = "") -> Identity:
     """Identity for a process that is not a supervised actor (CLI, tests, benches)."""
     return Identity(kind, instance or f"{socket.gethostname()}-{os.getpid()}", run_id)
+
+
+def _no_room(spec: subjects.StreamSpec, specs: list[subjects.StreamSpec]) -> str:
+    mb = 1024 * 1024
+    capped = [s for s in specs if s.max_bytes > 0]
+    total = sum(s.max_bytes for s in capped) // mb
+    keys = sorted({s.cap_key for s in capped if s.cap_key})
+    return (f"the NATS server cannot reserve {spec.max_bytes // mb} MB for stream {spec.name}"
+            f" ({spec.cap_key or 'max_bytes'}): JetStream reserves every stream's size cap"
+            f" up front, these streams ask for {total} MB together, and the server's file"
+            f" store (by default 75% of the free disk where it stores) has less room left."
+            f" Lower {', '.join(keys) or 'the caps'}, or free disk for the server")

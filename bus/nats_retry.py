@@ -21,3 +21,4 @@ RETRYABLE = (
     TimeoutError,
 )
 STREAM_FULL = {10077, 10047}  # maximum messages / bytes exceeded: back off and retry
+STORAGE_EXHAUSTED = 10047  # on stream create: the server cannot reserve the stream's cap

@@ -176,6 +176,8 @@ class StreamSpec:
     "True refuses new messages when full (backpressure) instead of dropping old ones."
     max_msgs_per_subject: int = -1
     "Most messages kept per subject (-1: no limit); 1 keeps only the latest."
+    cap_key: str = ""
+    "The config key that sets max_bytes, named when the server cannot reserve it."
 
 
 @dataclass(frozen=True)
@@ -200,20 +202,30 @@ STREAM_TRIALS = "WHET_TRIALS"
 
 
 def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int,
-            trials_max_age_s: float = 0.0, trials_max_bytes: int = -1) -> list[StreamSpec]:
-    """The streams whetstone needs, sized from config."""
+            verdicts_max_bytes: int = -1, trials_max_age_s: float = 0.0,
+            trials_max_bytes: int = -1) -> list[StreamSpec]:
+    """The streams whetstone needs, sized from config.
+
+    JetStream reserves each stream's max_bytes against its file store when the stream is
+    created, so the caps together must fit the server's store (by default 75% of the free
+    disk where it stores), not just the data written.
+    """
+    work = dict(max_bytes=work_max_bytes, cap_key="[bus] work_max_mb")
     return [
-        StreamSpec(STREAM_TASKS, (TASKS,), "workqueue", max_bytes=work_max_bytes),
-        StreamSpec(STREAM_TURNS, (TURNS,), "workqueue", max_bytes=work_max_bytes),
-        StreamSpec(STREAM_ATTEMPTS, (ATTEMPTS,), "workqueue", max_bytes=work_max_bytes),
-        StreamSpec(STREAM_EXEC, (EXEC_REQUESTS,), "workqueue", max_bytes=work_max_bytes),
-        StreamSpec(STREAM_EXEC_DONE, (EXEC_DONE,), "workqueue", max_bytes=work_max_bytes),
+        StreamSpec(STREAM_TASKS, (TASKS,), "workqueue", **work),
+        StreamSpec(STREAM_TURNS, (TURNS,), "workqueue", **work),
+        StreamSpec(STREAM_ATTEMPTS, (ATTEMPTS,), "workqueue", **work),
+        StreamSpec(STREAM_EXEC, (EXEC_REQUESTS,), "workqueue", **work),
+        StreamSpec(STREAM_EXEC_DONE, (EXEC_DONE,), "workqueue", **work),
         # Verdicts are kept (limits retention) so traces and audits can read them after the
-        # learner has acked; discard_new means a full stream refuses, never drops, a verdict.
+        # learner has acked; discard_new means a full stream refuses, never drops, a verdict:
+        # judges wait until old verdicts age out (retention_s), which stalls a run whose
+        # retention holds more verdicts than the cap.
         StreamSpec(STREAM_VERDICTS, (f"{VERDICTS}.>",), "limits", max_age_s=retention_s,
-                   max_bytes=work_max_bytes),
+                   max_bytes=verdicts_max_bytes, cap_key="[bus] verdicts_max_mb"),
         StreamSpec(STREAM_EVENTS, (f"{EVENTS}.>",), "limits", max_age_s=retention_s,
-                   max_bytes=events_max_bytes, discard_new=False),
+                   max_bytes=events_max_bytes, discard_new=False,
+                   cap_key="[bus] events_max_mb"),
         StreamSpec(STREAM_DLQ, (f"{DEAD_LETTERS}.>",), "limits", max_age_s=retention_s),
         # The server's max-deliveries advisories, kept until a consumer dead-letters the
         # message they name: no live subscriber is needed when the server gives up.
@@ -222,7 +234,8 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int,
         # One record per trial: a re-recorded verdict replaces its record, and the oldest
         # trials go first when the store is full.
         StreamSpec(STREAM_TRIALS, (f"{TRIALS}.>",), "limits", max_age_s=trials_max_age_s,
-                   max_bytes=trials_max_bytes, discard_new=False, max_msgs_per_subject=1),
+                   max_bytes=trials_max_bytes, discard_new=False, max_msgs_per_subject=1,
+                   cap_key="[monitor] trials_max_mb"),
     ]
 
 

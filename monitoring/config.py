@@ -54,5 +54,5 @@ class MonitorConfig(Section):
     "Most verdicts kept in memory for the two windows."
     trials_retention_h: Annotated[float, msgspec.Meta(gt=0)] = 168.0
     "How long trial records are kept."
-    trials_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 4096
+    trials_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 1024
     "Size cap of the trial store; the oldest trials go first."

@@ -59,11 +59,13 @@ class BusConfig(Section):
     "Window in which a repeated Nats-Msg-Id is stored once."
     max_ack_pending: Annotated[int, msgspec.Meta(ge=1)] = 4096
     "Most unacked messages per consumer, across all its instances."
-    work_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 2048
-    "Size cap of each work stream; past it publishers wait (nothing is dropped)."
+    work_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 256
+    "Size cap of each of the five work streams; past it publishers wait (nothing is dropped)."
     retention_h: Annotated[float, msgspec.Meta(gt=0)] = 168.0
     "How long verdicts, events and dead letters are kept."
-    events_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 512
+    verdicts_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 1024
+    "Size cap of the verdict stream (about 7 KB a verdict); when full, judges wait."
+    events_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 256
     "Size cap of the events stream; the oldest events go first."
 
 

@@ -49,6 +49,7 @@ def topology(cfg: RunConfig) -> list[subjects.StreamSpec]:
         work_max_bytes=cfg.bus.work_max_mb * 1024 * 1024,
         retention_s=cfg.bus.retention_h * 3600,
         events_max_bytes=cfg.bus.events_max_mb * 1024 * 1024,
+        verdicts_max_bytes=cfg.bus.verdicts_max_mb * 1024 * 1024,
         trials_max_age_s=cfg.monitor.trials_retention_h * 3600,
         trials_max_bytes=cfg.monitor.trials_max_mb * 1024 * 1024,
     )

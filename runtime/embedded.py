@@ -39,10 +39,13 @@ def server_binary() -> str:
 class EmbeddedServer:
     """One nats-server process; `start()` again after `kill()` reuses port and store."""
 
-    def __init__(self, store_dir: Path, port: int = 0, extra_config: str = "") -> None:
+    def __init__(self, store_dir: Path, port: int = 0, extra_config: str = "",
+                 max_file_store_mb: int = 0) -> None:
         self.store_dir = Path(store_dir)
         self.port = port
         self.extra_config = extra_config
+        self.max_file_store_mb = max_file_store_mb
+        "0 lets the server take its default (75% of the free disk under store_dir)."
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -87,7 +90,9 @@ class EmbeddedServer:
             "jetstream {\n"
             f'  store_dir: "{self.store_dir / "jetstream"}"\n'
             "  max_memory_store: 268435456\n"
-            "}\n" + self.extra_config
+            + (f"  max_file_store: {self.max_file_store_mb * 1024 * 1024}\n"
+               if self.max_file_store_mb else "")
+            + "}\n" + self.extra_config
         )
 
     def kill(self) -> None:

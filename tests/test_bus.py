@@ -263,3 +263,41 @@ async def test_object_put_through_a_server_outage_stores_it_once(bus, nats_serve
     assert await get_object(bus, subjects.BUCKET_WEIGHTS, "v1") == data
     (state,) = await bus.stream_states(["OBJ_" + subjects.BUCKET_WEIGHTS])
     assert state.bytes < len(data) + 64 * 1024, "chunks of the cut-off try were left behind"
+
+
+async def test_stream_caps_past_the_server_store_name_the_config_key(tmp_path):
+    """JetStream reserves each stream's cap when it creates the stream: caps larger than the
+    server's file store get an error that names the stream and the key to lower, and caps
+    that fit create the whole topology on the same server."""
+    import msgspec
+
+    from bus.errors import BusError
+    from bus.nats_bus import Bus, Identity
+    from runtime.config import RunConfig
+    from runtime.connect import topology
+    from runtime.embedded import EmbeddedServer
+    from tests.conftest import bus_settings
+
+    server = EmbeddedServer(tmp_path / "nats", max_file_store_mb=600)
+    server.start()
+    try:
+        b = await Bus.connect(bus_settings(server.url), Identity("test", "test-1"))
+        try:
+            big = RunConfig()
+            big = msgspec.structs.replace(big, bus=msgspec.structs.replace(big.bus,
+                                                                           work_max_mb=700))
+            with pytest.raises(BusError) as err:
+                await b.ensure_topology(topology(big))
+            text = str(err.value)
+            assert "[bus] work_max_mb" in text and "WHET_" in text, text
+            assert "reserve 700 MB" in text, text
+            small = msgspec.structs.replace(big, bus=msgspec.structs.replace(
+                big.bus, work_max_mb=16, verdicts_max_mb=64, events_max_mb=16),
+                monitor=msgspec.structs.replace(big.monitor, trials_max_mb=64))
+            await b.ensure_topology(topology(small))
+            states = await b.stream_states([subjects.STREAM_TASKS, subjects.STREAM_TRIALS])
+            assert len(states) == 2
+        finally:
+            await b.close()
+    finally:
+        server.kill()
