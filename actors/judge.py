@@ -8,7 +8,8 @@ Consumes `Attempt` from `subjects.CONSUMER_ATTEMPTS` and `ExecutionDone` from
   in `avoid_executors` after an infrastructure failure, up to `judge.max_retries`;
 - `Verdict` on `subjects.verdict_subject(purpose)` (msg id = attempt id): reward and its
   components, outcome, cause, evidence and layers; `dropped` (no reward, not trainable) once
-  an infrastructure failure outlasts the retries, counted by cause;
+  an infrastructure failure outlasts the retries, counted by cause; when the verdict
+  stream is full, the verdicts every reader has acked are purged to make room;
 - for multi-turn work, a failed attempt with turns left goes back on `subjects.TURNS`
   (msg id '<attempt_id>/t<next turn>') with feedback on its latest turn.
 
@@ -98,9 +99,17 @@ class Judge:
             await self.continue_attempt(attempt, judgement)
         else:
             verdict = judgement.verdict(attempt, judge=self.bus.identity.instance, retries=retries)
-            await self.bus.publish(subjects.verdict_subject(attempt.purpose), verdict, msg_id=attempt.attempt_id)
+            await self.bus.publish(subjects.verdict_subject(attempt.purpose), verdict,
+                                   msg_id=attempt.attempt_id, when_full=self.make_room)
             self.record(attempt, judgement, retries)
         self.count("judge.overhead_s", spent)
+
+    async def make_room(self) -> int:
+        """The verdict stream is full: drop the verdicts every reader has acked (their trial
+        records stay with the monitor) rather than wait for them to age out."""
+        removed = await self.bus.reclaim_consumed(subjects.STREAM_VERDICTS)
+        self.count("judge.verdicts_reclaimed", removed)
+        return removed
 
     async def continue_attempt(self, attempt: Attempt, judgement: Judgement) -> None:
         feedback = feedback_for(attempt.task, judgement, self.config.feedback_chars)

@@ -18,7 +18,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Awaitable, Callable, TypeVar
 
 import anyio
 import nats
@@ -33,6 +33,7 @@ from bus.errors import BusError, BusUnavailable, PermissionDenied
 from bus.messages import Message
 from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
+from bus.nats_reclaim import StreamReclaim
 from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, STREAM_FULL
 
 M = TypeVar("M", bound=Message)
@@ -145,7 +146,7 @@ def _client_options(settings: BusSettings, identity: Identity, watch: _Connectio
     return options
 
 
-class Bus(KeyValueCalls, StreamReads):
+class Bus(KeyValueCalls, StreamReads, StreamReclaim):
     """A connected client. Create with `await Bus.connect(settings, identity)`."""
 
     def __init__(self, nc: nats.NATS, settings: BusSettings, identity: Identity) -> None:
@@ -268,12 +269,14 @@ class Bus(KeyValueCalls, StreamReads):
 
     # --- publishing ----------------------------------------------------------------------
 
-    async def publish(self, subject: str, msg: Message, *, msg_id: str) -> bool:
+    async def publish(self, subject: str, msg: Message, *, msg_id: str,
+                      when_full: Callable[[], Awaitable[int]] | None = None) -> bool:
         """Store `msg` durably on `subject`; True if the server already had `msg_id`.
 
         Retries through outages and full streams until `publish_deadline_s`, then raises
         BusUnavailable. A timed-out publish may have been stored; the retry's msg id makes
-        the server drop the copy.
+        the server drop the copy. `when_full` is awaited each time the stream refuses for
+        lack of room (it may make room, returning how many messages it removed).
         """
         data = encode(msg)
         headers = {"Nats-Msg-Id": msg_id}
@@ -289,6 +292,8 @@ class Bus(KeyValueCalls, StreamReads):
                 if exc.err_code not in STREAM_FULL:
                     raise
                 problem: Exception = exc
+                if when_full is not None and await self._make_room(when_full, subject):
+                    continue
             except RETRYABLE as exc:
                 self.raise_if_denied(tried_at, subject)
                 problem = exc
@@ -298,6 +303,13 @@ class Bus(KeyValueCalls, StreamReads):
                         error=repr(problem))
             await anyio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    async def _make_room(self, when_full: Callable[[], Awaitable[int]], subject: str) -> bool:
+        try:
+            return await when_full() > 0
+        except (BusError, nats.errors.Error) as exc:
+            log.warning("bus.make_room_failed", subject=subject, error=repr(exc))
+            return False
 
     def raise_if_denied(self, since: float, subject: str, *, containing: str = "") -> None:
         """Raise PermissionDenied if, after `since`, the server refused this client `subject`

@@ -219,8 +219,7 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int,
         StreamSpec(STREAM_EXEC_DONE, (EXEC_DONE,), "workqueue", **work),
         # Verdicts are kept (limits retention) so traces and audits can read them after the
         # learner has acked; discard_new means a full stream refuses, never drops, a verdict:
-        # judges wait until old verdicts age out (retention_s), which stalls a run whose
-        # retention holds more verdicts than the cap.
+        # the judge then purges what every reader has acked (bus.nats_reclaim) and retries.
         StreamSpec(STREAM_VERDICTS, (f"{VERDICTS}.>",), "limits", max_age_s=retention_s,
                    max_bytes=verdicts_max_bytes, cap_key="[bus] verdicts_max_mb"),
         StreamSpec(STREAM_EVENTS, (f"{EVENTS}.>",), "limits", max_age_s=retention_s,

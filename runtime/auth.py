@@ -133,7 +133,9 @@ ROLE_GRANTS: dict[str, Grant] = {
                   | kv_reads(s.BUCKET_POLICY) | weights_read()),
     "executor": consumes(s.STREAM_EXEC) | publishes(s.EXEC_DONE),
     "judge": (consumes(s.STREAM_ATTEMPTS) | consumes(s.STREAM_EXEC_DONE)
-              | publishes(s.EXEC_REQUESTS, s.TURNS, VERDICTS_ALL)),
+              | publishes(s.EXEC_REQUESTS, s.TURNS, VERDICTS_ALL)
+              | observes([s.STREAM_VERDICTS])
+              | publishes(f"{_API}.STREAM.PURGE.{s.STREAM_VERDICTS}")),
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)
                 | weights_write() | kv_reads(s.BUCKET_RUN)),
     "evaluator": (publishes(s.TASKS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)

@@ -195,6 +195,13 @@ async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin)
         async for _ in monitor.replay(subjects.STREAM_EVENTS, subjects.event_filter(), Event,
                                       follow=False):
             pass
+        # A full verdict stream: the judge purges what every reader has acked.
+        await admin.ensure_consumer(subjects.CONSUMER_LEARNER)
+        sub = await admin.js.pull_subscribe_bind(subjects.CONSUMER_LEARNER.durable,
+                                                 subjects.STREAM_VERDICTS)
+        for m in await sub.fetch(1, timeout=5):
+            await m.ack_sync()
+        assert await judge.reclaim_consumed(subjects.STREAM_VERDICTS) == 1
         for bus in (judge, learner, monitor):
             await heartbeat(bus)
             assert bus.watch.denied == {}, f"{bus.identity.kind} was refused {bus.watch.denied}"
