@@ -6,7 +6,8 @@ verdicts for `retention_h` after the learner, sampler, evaluator and monitor hav
 when it fills before they age out, the judge calls this instead of waiting for them.
 
 It never removes a message some durable has not acked or not yet been delivered, and it
-removes nothing from a stream with no durables. A reader whose durable does not exist yet
+removes nothing from a stream with no durables, nor while a max-deliveries advisory for the
+stream waits to be dead-lettered (the dead letter copies the message from the stream). A reader whose durable does not exist yet
 is not protected: it starts from what is left. It does not touch work queues (the server
 removes their messages on ack). A mixin of `bus.nats_bus.Bus`.
 """
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import nats.js.errors
 import structlog
+
+from bus import subjects
 
 log = structlog.get_logger("bus")
 
@@ -42,7 +45,7 @@ class StreamReclaim:
             consumers = await self.js.consumers_info(stream)
         except nats.js.errors.NotFoundError:
             return 0
-        if not consumers:
+        if not consumers or await self._dead_letters_due(stream):
             return 0
         floor = min(handled_through(before.state.last_seq, c) for c in consumers)
         if floor < before.state.first_seq:
@@ -52,3 +55,13 @@ class StreamReclaim:
         log.info("bus.reclaimed", stream=stream, removed=removed, through_seq=floor,
                  readers=len(consumers))
         return removed
+
+    async def _dead_letters_due(self, stream: str) -> bool:
+        """True while the server's give-up advisory for a message of `stream` is unhandled."""
+        try:
+            info = await self.js.stream_info(
+                subjects.STREAM_ADVISORIES,
+                subjects_filter=subjects.max_deliveries_advisory(stream, "*"))
+        except nats.js.errors.NotFoundError:
+            return False
+        return bool(info.state.subjects)

@@ -134,7 +134,7 @@ ROLE_GRANTS: dict[str, Grant] = {
     "executor": consumes(s.STREAM_EXEC) | publishes(s.EXEC_DONE),
     "judge": (consumes(s.STREAM_ATTEMPTS) | consumes(s.STREAM_EXEC_DONE)
               | publishes(s.EXEC_REQUESTS, s.TURNS, VERDICTS_ALL)
-              | observes([s.STREAM_VERDICTS])
+              | observes([s.STREAM_VERDICTS, s.STREAM_ADVISORIES])
               | publishes(f"{_API}.STREAM.PURGE.{s.STREAM_VERDICTS}")),
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)
                 | weights_write() | kv_reads(s.BUCKET_RUN)),

@@ -3,6 +3,7 @@ reader has acked, and a publish that finds the stream full uses that room."""
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 import pytest
 
@@ -84,3 +85,26 @@ async def test_reclaim_removes_nothing_without_readers(small):
     assert await small.reclaim_consumed(subjects.STREAM_VERDICTS) == 0
     [state] = await small.stream_states([subjects.STREAM_VERDICTS])
     assert state.messages == 1
+
+
+async def test_a_verdict_the_server_gave_up_on_stays_until_it_is_dead_lettered(small):
+    """Once a message hits max_deliver the consumer no longer holds it, but its dead letter
+    is copied from the stream when the server's advisory is handled: until then it stays."""
+    bus = small
+    for spec in READERS:
+        await bus.js.delete_consumer(spec.stream, spec.durable)
+    await bus.ensure_consumer(subjects.CONSUMER_LEARNER, ack_wait_s=1.0, max_deliver=1)
+    await publish(bus, "train", 1)
+    sub = await bus.js.pull_subscribe_bind(subjects.CONSUMER_LEARNER.durable,
+                                           subjects.STREAM_VERDICTS)
+    assert len(await sub.fetch(1, timeout=5)) == 1  # never acked
+    advisories = subjects.max_deliveries_advisory(subjects.STREAM_VERDICTS, "*")
+    with anyio.fail_after(15):
+        while not (await bus.js.stream_info(subjects.STREAM_ADVISORIES,
+                                            subjects_filter=advisories)).state.subjects:
+            await anyio.sleep(0.2)
+    assert await bus.reclaim_consumed(subjects.STREAM_VERDICTS) == 0
+    [state] = await bus.stream_states([subjects.STREAM_VERDICTS])
+    assert state.messages == 1
+    await bus.js.purge_stream(subjects.STREAM_ADVISORIES)  # as if dead-lettered
+    assert await bus.reclaim_consumed(subjects.STREAM_VERDICTS) == 1
