@@ -22,10 +22,16 @@ from runtime.embedded import EmbeddedServer
 ROOT = Path(__file__).resolve().parent.parent
 
 
+STORE_MB = 16 * 1024
+"""The test servers' JetStream file store. The server reserves every stream's cap on it, and
+its default (75% of the free disk) made the suite fail on a machine with less disk free;
+the tests write a few MB."""
+
+
 @pytest.fixture
 def nats_server(tmp_path):
     """A fresh nats-server with JetStream file storage; killed and cleaned up after."""
-    server = EmbeddedServer(tmp_path / "nats")
+    server = EmbeddedServer(tmp_path / "nats", max_file_store_mb=STORE_MB)
     server.start()
     yield server
     server.kill()

@@ -29,7 +29,7 @@ from runtime import auth, credentials
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.embedded import EmbeddedServer
-from tests.conftest import bus_settings
+from tests.conftest import STORE_MB, bus_settings
 from tests.test_codec import samples
 
 AUTH = auth.AuthConfig(enabled=True, roles={"probe": "executor"})
@@ -42,7 +42,8 @@ REQUEST: ExecutionRequest = SAMPLE["ExecutionRequest"]
 def secured(tmp_path):
     """A nats-server with every role's user; yields (server, passwords)."""
     passwords = credentials.ensure_passwords(tmp_path / "secrets")
-    server = EmbeddedServer(tmp_path / "nats", extra_config=auth.server_config(AUTH, passwords))
+    server = EmbeddedServer(tmp_path / "nats", extra_config=auth.server_config(AUTH, passwords),
+                            max_file_store_mb=STORE_MB)
     server.start()
     yield server, passwords
     server.kill()
@@ -231,7 +232,8 @@ async def test_tls_with_a_self_signed_certificate(tmp_path):
                     "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
     tls = msgspec.structs.replace(AUTH, tls_cert_file=str(cert), tls_key_file=str(key))
     passwords = credentials.ensure_passwords(tmp_path / "secrets")
-    server = EmbeddedServer(tmp_path / "nats", extra_config=auth.tls_config(tls)
+    server = EmbeddedServer(tmp_path / "nats", max_file_store_mb=STORE_MB,
+                            extra_config=auth.tls_config(tls)
                             + auth.server_config(tls, passwords))
     server.start()
     try:

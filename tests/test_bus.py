@@ -301,3 +301,13 @@ async def test_stream_caps_past_the_server_store_name_the_config_key(tmp_path):
             await b.close()
     finally:
         server.kill()
+
+
+def test_default_stream_caps_fit_a_small_disk():
+    """The server reserves every cap on its store (75% of free disk by default): the
+    defaults together stay within 4 GiB, so a machine with about 5.5 GB free runs them."""
+    from runtime.config import RunConfig
+    from runtime.connect import topology
+
+    caps = [s.max_bytes for s in topology(RunConfig()) if s.max_bytes > 0]
+    assert sum(caps) <= 4 * 1024**3, sum(caps) / 1024**2
