@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from bus.nats_bus import Bus, BusSettings, Identity
@@ -26,6 +27,15 @@ STORE_MB = 16 * 1024
 """The test servers' JetStream file store. The server reserves every stream's cap on it, and
 its default (75% of the free disk) made the suite fail on a machine with less disk free;
 the tests write a few MB."""
+
+
+def with_caps(cfg: RunConfig, *, trials_max_mb: int | None = None, **bus_caps: int) -> RunConfig:
+    """`cfg` with other stream caps: `[bus]` keys by name, and `[monitor] trials_max_mb`."""
+    monitor = cfg.monitor
+    if trials_max_mb is not None:
+        monitor = msgspec.structs.replace(monitor, trials_max_mb=trials_max_mb)
+    return msgspec.structs.replace(cfg, bus=msgspec.structs.replace(cfg.bus, **bus_caps),
+                                   monitor=monitor)
 
 
 @pytest.fixture

@@ -11,9 +11,14 @@ import pytest
 
 from bus import subjects
 from bus.consumer import consume
-from bus.errors import ObjectCorrupt
+from bus.errors import BusError, ObjectCorrupt
 from bus.messages import DeadLetter, ScaleTarget, WeightVersion
+from bus.nats_bus import Bus, Identity
 from bus.objects import delete_object, get_object, list_objects, put_object
+from runtime.config import RunConfig
+from runtime.connect import topology
+from runtime.embedded import EmbeddedServer
+from tests.conftest import bus_settings, with_caps
 from tests.test_codec import samples
 
 ASSIGNMENT = next(s for s in samples() if type(s).__name__ == "TaskAssignment")
@@ -269,31 +274,19 @@ async def test_stream_caps_past_the_server_store_name_the_config_key(tmp_path):
     """JetStream reserves each stream's cap when it creates the stream: caps larger than the
     server's file store get an error that names the stream and the key to lower, and caps
     that fit create the whole topology on the same server."""
-    import msgspec
-
-    from bus.errors import BusError
-    from bus.nats_bus import Bus, Identity
-    from runtime.config import RunConfig
-    from runtime.connect import topology
-    from runtime.embedded import EmbeddedServer
-    from tests.conftest import bus_settings
-
     server = EmbeddedServer(tmp_path / "nats", max_file_store_mb=600)
     server.start()
     try:
         b = await Bus.connect(bus_settings(server.url), Identity("test", "test-1"))
         try:
-            big = RunConfig()
-            big = msgspec.structs.replace(big, bus=msgspec.structs.replace(big.bus,
-                                                                           work_max_mb=700))
+            big = with_caps(RunConfig(), work_max_mb=700)
             with pytest.raises(BusError) as err:
                 await b.ensure_topology(topology(big))
             text = str(err.value)
             assert "[bus] work_max_mb" in text and "WHET_" in text, text
             assert "reserve 700 MB" in text, text
-            small = msgspec.structs.replace(big, bus=msgspec.structs.replace(
-                big.bus, work_max_mb=16, verdicts_max_mb=64, events_max_mb=16),
-                monitor=msgspec.structs.replace(big.monitor, trials_max_mb=64))
+            small = with_caps(big, work_max_mb=16, verdicts_max_mb=64, events_max_mb=16,
+                              trials_max_mb=64)
             await b.ensure_topology(topology(small))
             states = await b.stream_states([subjects.STREAM_TASKS, subjects.STREAM_TRIALS])
             assert len(states) == 2
@@ -305,9 +298,6 @@ async def test_stream_caps_past_the_server_store_name_the_config_key(tmp_path):
 
 def test_default_stream_caps_fit_a_small_disk():
     """The server reserves every cap on its store (75% of free disk by default): the
-    defaults together stay within 4 GiB, so a machine with about 5.5 GB free runs them."""
-    from runtime.config import RunConfig
-    from runtime.connect import topology
-
+    defaults together stay within 4 GiB, so a machine with about 5.7 GB free runs them."""
     caps = [s.max_bytes for s in topology(RunConfig()) if s.max_bytes > 0]
     assert sum(caps) <= 4 * 1024**3, sum(caps) / 1024**2

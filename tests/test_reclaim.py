@@ -13,7 +13,7 @@ from bus.messages import Verdict
 from bus.nats_bus import Bus, Identity
 from runtime.config import RunConfig
 from runtime.connect import topology
-from tests.conftest import bus_settings
+from tests.conftest import bus_settings, with_caps
 from tests.test_codec import samples
 
 VERDICT = next(s for s in samples() if type(s) is Verdict)
@@ -27,9 +27,7 @@ def verdict(i: int) -> Verdict:
 
 @pytest.fixture
 async def small(nats_server):
-    cfg = RunConfig()
-    cfg = msgspec.structs.replace(cfg, bus=msgspec.structs.replace(
-        cfg.bus, work_max_mb=8, verdicts_max_mb=1, events_max_mb=8))
+    cfg = with_caps(RunConfig(), work_max_mb=8, verdicts_max_mb=1, events_max_mb=8)
     b = await Bus.connect(bus_settings(nats_server.url, publish_deadline_s=1.5),
                           Identity("test", "test-1"))
     await b.ensure_topology(topology(cfg))
