@@ -10,6 +10,11 @@ Consumes a durable JetStream consumer (`bus.subjects.ConsumerSpec`) and a handle
   died each time.
 - A handler that returns normally has its message acked, unless it called `defer()`: then
   the message stays held (and kept alive) until the handler's owner settles it.
+- A message is handed to the handler once while this consumer holds it. A redelivery of a
+  held message (the server restarted, or its ack timer ran out during an outage) rebinds
+  the held `Delivery` to the newest copy, so the holder's eventual ack lands on it, and the
+  handler is not called again; another copy with the same message id but another stream
+  sequence is acked as a duplicate.
 - A message id seen and acked recently is acked again without calling the handler: a late
   ack can land on a redelivery (nats-server issue 4786).
 - Once `bus.stopping` is set, no more is fetched; in-flight handlers get `drain_s` to
@@ -68,6 +73,8 @@ class Delivery:
         self.subject: str = msg.subject
         header_id = (msg.headers or {}).get("Nats-Msg-Id")
         self.msg_id: str = header_id or f"{meta.stream}:{self.stream_seq}"
+        self.rebound = 0
+        "Redeliveries of this message taken over while it was held."
         self.is_settled = False
         self.deferred = False
         self.acked = False
@@ -101,6 +108,12 @@ class Delivery:
         """Give the message back for redelivery, after `delay_s` if set."""
         if self._settle():
             await _quietly(self.msg.nak(delay=delay_s))
+
+    def rebind(self, again: "Delivery") -> None:
+        """Take over `again`, a redelivery of this message: settling now answers the newest
+        delivery, whose ack the server will honour."""
+        self.msg, self.deliveries = again.msg, max(self.deliveries, again.deliveries)
+        self.rebound += 1
 
     async def keep_alive(self) -> None:
         """Reset the server's ack timer while work goes on."""
@@ -143,7 +156,8 @@ class _Loop:
                  max_in_flight: int, ack_wait_s: float, max_deliver: int) -> None:
         self.bus, self.spec, self.cls, self.handler = bus, spec, cls, handler
         self.max_in_flight, self.ack_wait_s, self.max_deliver = max_in_flight, ack_wait_s, max_deliver
-        self.held: set[Delivery] = set()
+        self.held: dict[str, Delivery] = {}
+        "Deliveries fetched and not yet released, by message id."
         self.parked = 0
         "Held deliveries whose handler deferred them: they free their slot only when settled."
         self.low_water = max(1, max_in_flight // 2)
@@ -175,7 +189,7 @@ class _Loop:
                 work.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                for waiting in list(self.held):  # fetched but never started
+                for waiting in list(self.held.values()):  # fetched but never started
                     await waiting.nak()
                 for sub_ in (advisory, sub):
                     try:
@@ -235,11 +249,25 @@ class _Loop:
                 await anyio.sleep(0.25)
                 continue
             for msg in msgs:
-                delivery = Delivery(msg)
-                self.held.add(delivery)
-                self.queue.append(delivery)
+                await self._take(Delivery(msg))
             self.bus.stats.in_flight = len(self.held)
             self._wake_spare()
+
+    async def _take(self, delivery: Delivery) -> None:
+        """Queue a fetched message for a worker, unless this consumer already holds it."""
+        held = self.held.get(delivery.msg_id)
+        if held is None or (held.is_settled and not held.acked):
+            self.held[delivery.msg_id] = delivery
+            self.queue.append(delivery)
+        elif held.stream_seq != delivery.stream_seq or held.acked:
+            # Another stored copy of work in hand, or a redelivery racing an ack just sent.
+            log.info("message.duplicate_skipped", msg_id=delivery.msg_id,
+                     consumer=self.spec.durable, stream_seq=delivery.stream_seq)
+            await _quietly(delivery.msg.ack())
+        else:
+            held.rebind(delivery)
+            log.info("message.redelivery_rebound", msg_id=delivery.msg_id,
+                     consumer=self.spec.durable, deliveries=delivery.deliveries)
 
     def _batch_threshold(self) -> int:
         # Parked (deferred) deliveries may hold their slots for minutes (the learner keeps
@@ -264,7 +292,8 @@ class _Loop:
         finally:
             if d.acked:
                 self.recent.add(d.msg_id)
-            self.held.discard(d)
+            if self.held.get(d.msg_id) is d:
+                del self.held[d.msg_id]
             self.bus.stats.in_flight = len(self.held)
             # Wake the fetcher only when it has something to do: a batch's worth of free
             # slots, or nothing left to drain.
@@ -305,7 +334,7 @@ class _Loop:
     async def _keep_alive(self) -> None:
         while True:
             await anyio.sleep(self.ack_wait_s / 3)
-            for d in list(self.held):
+            for d in list(self.held.values()):
                 await d.keep_alive()
 
     async def _dead_letter_given_up(self, advisories) -> None:
