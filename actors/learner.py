@@ -1,7 +1,10 @@
 """The learner actor: GRPO-style updates with DeepSpeed, then new weights for the generators.
 
 Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), holds each until the
-checkpoint that contains its update is written, then acks it. Groups (attempts sharing a
+checkpoint that contains its update is written, then acks it. Each verdict is counted once
+however often it is delivered: the consumer rebinds a redelivery of a verdict held here to
+the held handle, and a copy whose id the ledger already holds is kept out of the buffer and
+acked with the checkpoint that records it. Groups (attempts sharing a
 `group_id`) are trained whole with group-relative advantages; dropped verdicts are never
 trained and count as missing members; samples older than `training.staleness` versions are
 rejected and counted. Publishes bf16 weights in the object store and the new
@@ -71,7 +74,9 @@ class Learner:
         self.unsaved: list[Delivery] = []
         self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
         self.duplicates = 0
-        self.late = 0
+        self.consumed_by_steps = int(resumed.get("consumed_by_steps", 0))
+        "Verdicts the steps consumed (trained or left out), through `step`."
+        self.consumed_late = int(resumed.get("consumed_late", 0))
         "Verdicts that arrived after their group was trained without them."
         self.idle_s = self.busy_s = self.held_s = 0.0
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
@@ -99,19 +104,25 @@ class Learner:
                  step=self.step, policy_version=self.version, samples=self.samples,
                  checkpoint=self.resumed.get("checkpoint", ""),
                  optimizer_steps=self.resumed.get("optimizer_steps", 0),
-                 consumed=len(self.ledger.verdicts))
+                 consumed=len(self.ledger.verdicts), consumed_by_steps=self.consumed_by_steps,
+                 consumed_late=self.consumed_late)
+        self.check_ledger()
+
+    def check_ledger(self) -> None:
+        """The checkpoint's ledger must hold exactly what its steps (and late members)
+        consumed; a difference means a sample was consumed twice, or lost, before it."""
+        expected = self.consumed_by_steps + self.consumed_late
+        if ("consumed_by_steps" in self.resumed and not self.ledger.truncated
+                and len(self.ledger.verdicts) != expected):
+            log.error("learner.ledger_mismatch", step=self.step, ledger=len(self.ledger.verdicts),
+                      consumed_by_steps=self.consumed_by_steps, consumed_late=self.consumed_late,
+                      checkpoint=self.resumed.get("checkpoint", ""))
 
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
-        """Consumer handler: skip what was consumed before, hold the rest for a batch."""
-        if self.ledger.seen(verdict.verdict_id, verdict.attempt.group_id):
-            if self.ledger.consumed(verdict.verdict_id):
-                self.duplicates += 1
-                log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
-            else:  # its group timed out and was trained without it: never trained
-                self.ledger.add([verdict.verdict_id], [])
-                self.late += 1
-                log.warning("learner.late_member_dropped", verdict_id=verdict.verdict_id,
-                            group_id=verdict.attempt.group_id)
+        """Consumer handler: skip what a checkpoint holds, pass the rest to the loop."""
+        if self.ledger.saved(verdict.verdict_id):
+            self.duplicates += 1  # a checkpoint holds its update: nothing to wait for
+            log.info("learner.duplicate_skipped", verdict_id=verdict.verdict_id)
             return
         problem = trajectory_problem(verdict.attempt, self.ranks.vocab_size)
         if problem:  # retried, then dead-lettered by the consumer with this reason
@@ -140,7 +151,21 @@ class Learner:
                         break
 
     def _hold(self, verdict: Verdict, delivery: Delivery) -> None:
-        self.buffer.add(verdict, delivery, time.time())
+        """Buffer a verdict, unless the ledger says it (or its group) was consumed: it may
+        have waited in the inbox while its first copy was trained. Either way its delivery
+        is acked with the next checkpoint, which also holds the ledger entry."""
+        vid, group_id = verdict.verdict_id, verdict.attempt.group_id
+        if not self.ledger.seen(vid, group_id):
+            self.buffer.add(verdict, delivery, time.time())
+            return
+        self.unsaved.append(delivery)
+        if self.ledger.consumed(vid):
+            self.duplicates += 1
+            log.info("learner.duplicate_skipped", verdict_id=vid)
+        else:  # its group timed out and was trained without it: never trained
+            self.ledger.add([vid], [])
+            self.consumed_late += 1
+            log.warning("learner.late_member_dropped", verdict_id=vid, group_id=group_id)
 
     async def train_on(self, groups: list[Group]) -> None:
         """One learner step: assemble, update, publish, checkpoint on schedule."""
@@ -153,7 +178,10 @@ class Learner:
         self.unpublished += bool(batch.samples)
         self.step += 1
         self.samples += len(batch.samples)
-        self.ledger.add(batch.consumed, [g.group_id for g in groups])
+        again = self.ledger.add(batch.consumed, [g.group_id for g in groups])
+        if again:  # never expected: _hold keeps consumed verdicts out of the buffer
+            log.error("learner.consumed_twice", step=self.step, verdict_ids=again)
+        self.consumed_by_steps += len(batch.consumed)
         self.unsaved += [h for g in groups for h in g.handles()]
         # A batch with nothing to train moves the version too (the same weights, renumbered):
         # the sampler admits (version + staleness + 1) * batch_size samples in all, so
@@ -213,9 +241,10 @@ class Learner:
         """Save model, optimizer and bookkeeping; then ack every verdict the save covers."""
         began = time.monotonic()
         state = {"version": self.version, "step": self.step, "samples": self.samples,
-                 "object_name": self.object_name,
-                 **self.ledger.to_state()}
+                 "object_name": self.object_name, "consumed_by_steps": self.consumed_by_steps,
+                 "consumed_late": self.consumed_late, **self.ledger.to_state()}
         await self.ranks.call("save", f"step{self.step:08d}", state)
+        self.ledger.mark_saved()
         acked, self.unsaved = self.unsaved, []
         for delivery in acked:
             await delivery.ack()
@@ -243,7 +272,7 @@ class Learner:
             staleness_mean=round(sum(batch.staleness) / len(batch.staleness), 3) if batch.staleness else None,
             staleness_max=max(batch.staleness, default=None), stale_rejected=batch.stale,
             dropped=batch.dropped, no_signal=batch.no_signal, duplicates=self.duplicates,
-            late=self.late, step_s=round(seconds, 3), trained_at=trained_at,
+            late=self.consumed_late, step_s=round(seconds, 3), trained_at=trained_at,
             trained=[s.verdict_id for s in batch.samples], left_out=batch.left_out,
             idle_frac=round(self.idle_s / max(self.idle_s + self.busy_s, 1e-9), 4),
             held_for_eval_s=round(self.held_s, 3),
