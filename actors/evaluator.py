@@ -47,7 +47,8 @@ class Evaluator:
         self.rounds: dict[int, Round] = {}
         self.reported: set[int] = set()
         "Rounds already reported: a verdict arriving after its round timed out is ignored."
-        self.rewards: dict[int, list[float]] = {}
+        self.rewards: dict[int, dict[str, float]] = {}
+        "Training reward by policy version, by verdict id (a redelivery counts once)."
         self.trained = {d for d, w in config.envs.mix.items() if w > 0}
         self.prefix = subjects.token(bus.identity.run_id or "run")
 
@@ -126,14 +127,17 @@ class Evaluator:
         if rnd is None:  # a round from before a restart: its expected size is the same set
             await self.ready.wait()
             rnd = self.rounds[version] = Round(version, len(self.heldout), time.monotonic())
-        rnd.add(verdict.attempt.policy_version, verdict.attempt.task.domain, verdict.outcome,
-                verdict.reward)
+        if not rnd.add(verdict.attempt.attempt_id, verdict.attempt.policy_version,
+                       verdict.attempt.task.domain, verdict.outcome, verdict.reward):
+            log.info("evaluator.duplicate_skipped", attempt_id=verdict.attempt.attempt_id)
+            return
         if rnd.complete:
             await self.report(self.rounds.pop(version))
 
     async def on_train(self, verdict: Verdict, delivery: Delivery) -> None:
         if verdict.reward is not None and verdict.outcome != "dropped":
-            self.rewards.setdefault(verdict.attempt.policy_version, []).append(verdict.reward)
+            self.rewards.setdefault(verdict.attempt.policy_version, {})[verdict.verdict_id] = \
+                verdict.reward
 
     async def expire_rounds(self) -> None:
         while True:
@@ -146,7 +150,7 @@ class Evaluator:
     async def report(self, rnd: Round) -> None:
         self.reported.add(rnd.version)
         self.state.last_reported = max(self.state.last_reported, rnd.version)
-        rewards = {v: sum(r) / len(r) for v, r in self.rewards.items() if r}
+        rewards = {v: sum(r.values()) / len(r) for v, r in self.rewards.items() if r}
         for point in rnd.points(rewards):
             self.state.history = (self.state.history + [point])[-HISTORY:]
             trained = {d: r for d, r in point.pass_rates.items() if d in self.trained}

@@ -54,17 +54,24 @@ class Round:
     received: int = 0
     dropped: int = 0
     by_version: dict[int, dict[str, Tally]] = field(default_factory=dict)
+    seen: set[str] = field(default_factory=set)
+    "Attempt ids counted: a verdict delivered twice counts once."
 
-    def add(self, policy_version: int, domain: str, outcome: str,
-            reward: float | None = None) -> None:
+    def add(self, attempt_id: str, policy_version: int, domain: str, outcome: str,
+            reward: float | None = None) -> bool:
+        """Count one verdict; False (and nothing counted) if its attempt was counted."""
+        if attempt_id in self.seen:
+            return False
+        self.seen.add(attempt_id)
         self.received += 1
         if outcome == "dropped" or reward is None:  # infrastructure: no evidence about the policy
             self.dropped += 1
-            return
+            return True
         tally = self.by_version.setdefault(policy_version, {}).setdefault(domain, Tally())
         tally.total += 1
         tally.passed += outcome == "pass"
         tally.reward += reward
+        return True
 
     @property
     def complete(self) -> bool:
