@@ -3,7 +3,8 @@
 Usage: `PYTHONPATH=. .venv/bin/python bench/chaos_seeds.py [--seeds 1-10] [--replicas 1,2]
 [--rounds 1] [--out bench/results/chaos_seeds.txt]`. Replicas alternate over the seeds.
 Each run's summary line (kills, admitted, trained, left out, steps) or its failure goes to
-the output file and to stdout. A benchmark, not a test: about 2-4 minutes a run here.
+the output file and to stdout; each run's whole pytest output is kept beside the output
+file (`<out>.d/seed<N>.log`). A benchmark, not a test: about 2-4 minutes a run here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def seeds(spec: str) -> list[int]:
     return out
 
 
-def run_one(seed: int, replicas: int, rounds: int) -> tuple[bool, str, float]:
+def run_one(seed: int, replicas: int, rounds: int, log: Path) -> tuple[bool, str, float]:
     env = {**os.environ, "CHAOS_SEED": str(seed), "CHAOS_REPLICAS": str(replicas),
            "CHAOS_ROUNDS": str(rounds), "PYTHONPATH": str(ROOT)}
     began = time.monotonic()
@@ -35,6 +36,7 @@ def run_one(seed: int, replicas: int, rounds: int) -> tuple[bool, str, float]:
                            "-p", "no:cacheprovider", "-o", "timeout=1800"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     took = time.monotonic() - began
+    log.write_text(proc.stdout + proc.stderr)
     summary = [line for line in proc.stdout.splitlines() if line.startswith("chaos seed")]
     if proc.returncode == 0 and summary:
         return True, summary[-1], took
@@ -51,8 +53,11 @@ def main() -> None:
     args = ap.parse_args()
     replicas = [int(r) for r in args.replicas.split(",")]
     lines = []
+    logs = Path(args.out + ".d")
+    logs.mkdir(parents=True, exist_ok=True)
     for n, seed in enumerate(seeds(args.seeds)):
-        ok, text, took = run_one(seed, replicas[n % len(replicas)], args.rounds)
+        ok, text, took = run_one(seed, replicas[n % len(replicas)], args.rounds,
+                                 logs / f"seed{seed}.log")
         line = f"{'PASS' if ok else 'FAIL'} seed={seed} replicas={replicas[n % len(replicas)]} " \
                f"rounds={args.rounds} wall={took:.0f}s :: {text}"
         print(line, flush=True)
