@@ -86,8 +86,12 @@ def up(
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", hidden=True)] = None,
 ) -> None:
-    """Start the stack: the embedded nats-server (unless a URL is set) and every actor."""
+    """Start the stack: the embedded nats-server (unless a URL is set) and every actor.
+    Checks first what the configured actors need from this machine (`whet doctor`), and
+    starts nothing while anything is missing."""
     cfg = config_mod.load(config)
+    if run_dir is None:  # a detached stack's parent checked already
+        refuse_if_unready(cfg)
     rd = rundir.RunDir(run_dir.resolve()) if run_dir else rundir.create(cfg)
     if detach:
         _detach(rd)
@@ -96,6 +100,27 @@ def up(
                       level=cfg.logging.level, run_dir=rd.path)
     typer.echo(f"run {rd.run_id}: {rd.path}", err=True)
     anyio.run(stack.serve, cfg, rd)
+
+
+def refuse_if_unready(cfg: config_mod.RunConfig) -> None:
+    """Exit with status 1 and one line per problem when this machine cannot run `cfg`."""
+    from runtime import preflight
+
+    problems = anyio.run(preflight.check, cfg)
+    for problem in problems:
+        typer.echo(f"whet: {problem.line()}", err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def doctor(config: Annotated[Path, typer.Option("--config", "-c", help="Config file.")] = Path("configs/default.toml")) -> None:
+    """Check what the config's actors need from this machine, as `whet up` does first."""
+    cfg = config_mod.load(config)
+    refuse_if_unready(cfg)
+    kinds = " ".join(f"{k}={n}" for k, n in cfg.actors.count.items() if n)
+    typer.echo(f"whet doctor: {config} can start here ({kinds})")
 
 
 def _detach(rd: rundir.RunDir) -> None:
