@@ -125,6 +125,7 @@ class Learner:
         while not self.bus.stopping.is_set():
             groups = self.buffer.take_batch(time.time())
             if groups:
+                self.bus.stats.gauges[gauges.LEARNER_HELD] = float(self.buffer.held())
                 self.idle_s += time.monotonic() - idle_since
                 await self.train_on(groups)
                 idle_since = time.monotonic()
@@ -141,6 +142,7 @@ class Learner:
 
     def _hold(self, verdict: Verdict, delivery: Delivery) -> None:
         self.buffer.add(verdict, delivery, time.time())
+        self.bus.stats.gauges[gauges.LEARNER_HELD] = float(self.buffer.held())
 
     async def train_on(self, groups: list[Group]) -> None:
         """One learner step: assemble, update, publish, checkpoint on schedule."""
@@ -178,6 +180,7 @@ class Learner:
         began = time.monotonic()
         reported = False
         log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
+        self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = float(self.version)
         with anyio.move_on_after(ev.hold_s):
             while not (reported or self.bus.stopping.is_set()):
                 try:
@@ -191,6 +194,7 @@ class Learner:
                     await anyio.sleep(1.0)
         held = time.monotonic() - began
         self.held_s += held
+        self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = -1.0
         log.info("learner.held_for_eval", policy_version=self.version, seconds=round(held, 3),
                  reported=reported)
         return held
