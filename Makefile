@@ -1,22 +1,41 @@
-# Two commands: `make run` (the main job on the embedded default) and `make test`
-# (`make images` builds the compose stack's images offline).
-# Both create the virtual environment on first use.
+# Two commands: `make run` (the main job on the embedded default) and `make test`.
+# Each first makes this machine ready (deploy/setup.py: system packages through apt-get as
+# root, else one line with the exact command; the sandbox environment trees; for tests the
+# `docker compose` plugin), then the virtual environment, and for tests the compose stack's
+# images (`make images`). What is there already is skipped: a second call starts at once.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+# The images hold the sources: rebuilt (or found by content hash) when any of them changes.
+IMAGE_INPUTS := pyproject.toml README.md $(shell find actors bus runtime sandbox judging envs \
+                policy monitoring deploy -type f ! -name '*.pyc' 2>/dev/null)
+IMAGES_STAMP := build/images/.built
 
-.PHONY: run test images
+.PHONY: run test images host-run host-test
+# The host set-up comes before the venv (python3-venv), and both before anything runs.
+.NOTPARALLEL:
 
-run: $(STAMP)
-	$(BIN)/whet up --config configs/default.toml
+# The checkout's own code runs (python -m), also where .venv is shared with another one.
+run: host-run $(STAMP)
+	$(BIN)/python -m runtime.cli up --config configs/default.toml
 
-test: $(STAMP)
+test: host-test $(STAMP) $(IMAGES_STAMP)
 	$(BIN)/pytest
+
+host-run:
+	@$(PYTHON) -m deploy.setup run --venv $(VENV)
+
+host-test:
+	@$(PYTHON) -m deploy.setup test --venv $(VENV)
 
 # The compose stack's images, without a registry (deploy/images.py; README "Compose").
 images: $(STAMP)
 	$(BIN)/python -m deploy.images
+
+$(IMAGES_STAMP): $(STAMP) $(IMAGE_INPUTS)
+	$(BIN)/python -m deploy.images
+	@mkdir -p $(@D) && touch $@
 
 # torch is installed first and pinned: the CPU build lies on this kind of machine's disk,
 # while an unpinned torch would pull a multi-GB CUDA build. The `ml` extra's range then

@@ -10,7 +10,8 @@ on `whet.v1.tasks`, with ids derived from the round, so a restart re-publishes n
 Produces, per policy version of the attempts, an `evaluator.evaluated` event (fields
 `version`, `round`, `overall`, `complete`, `pass_rates` and mean `rewards` by domain, `reward`,
 `trained`, `transfer` (domains the mix does not train on), `attempts`, `train_reward`; the
-monitor and `whet` progress read them); heartbeat gauges `heldout.<domain>`; the newest
+monitor and `whet` progress read them); heartbeat gauges `heldout.<domain>` and the
+progress of the intake gates and of the newest round (`bus.gauges`); the newest
 reported round in its KV state (`last_reported`: with `evaluator.hold_learner` the learner
 publishes nothing past an evaluated version until then, so a round measures one version);
 and an `evaluator.divergence_detected` warning when the training reward rises while the
@@ -25,7 +26,7 @@ import time
 import anyio
 import structlog
 
-from bus import subjects
+from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
@@ -56,6 +57,8 @@ class Evaluator:
         state = await self.bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
                                       EvaluatorState)
         self.state = state or EvaluatorState()
+        self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(self.state.last_round),
+                                      gauges.ROUND_REPORTED: float(self.state.last_reported)})
 
     async def save(self) -> None:
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, self.state)
@@ -69,8 +72,11 @@ class Evaluator:
         candidates = [t for group in pick_heldout([t for t, _ in tasks], spare).values()
                       for t in group]
         accepted: list[Task] = []
+        progress = self.bus.stats.gauges
+        progress.update({gauges.GATE_TOTAL: float(len(candidates)), gauges.GATE_DONE: 0.0})
 
         async def on_gated(task: Task, report) -> None:
+            progress[gauges.GATE_DONE] += 1
             if report.accepted:
                 accepted.append(task)
 
@@ -97,6 +103,8 @@ class Evaluator:
                                               admitted_version=version, purpose="eval",
                                               created_at=time.time())))
         self.rounds[version] = Round(version, len(items), time.monotonic())
+        self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(version),
+                                      gauges.ROUND_SIZE: float(len(items)), gauges.ROUND_JUDGED: 0.0})
         new = await self.bus.publish_many(subjects.TASKS, items)
         self.state.last_round = version
         await self.save()
@@ -131,6 +139,8 @@ class Evaluator:
                        verdict.attempt.task.domain, verdict.outcome, verdict.reward):
             log.info("evaluator.duplicate_skipped", attempt_id=verdict.attempt.attempt_id)
             return
+        if version == self.bus.stats.gauges.get(gauges.ROUND_VERSION):
+            self.bus.stats.gauges[gauges.ROUND_JUDGED] = float(rnd.received)
         if rnd.complete:
             await self.report(self.rounds.pop(version))
 
@@ -150,6 +160,7 @@ class Evaluator:
     async def report(self, rnd: Round) -> None:
         self.reported.add(rnd.version)
         self.state.last_reported = max(self.state.last_reported, rnd.version)
+        self.bus.stats.gauges[gauges.ROUND_REPORTED] = float(self.state.last_reported)
         rewards = {v: sum(r.values()) / len(r) for v, r in self.rewards.items() if r}
         for point in rnd.points(rewards):
             self.state.history = (self.state.history + [point])[-HISTORY:]

@@ -136,6 +136,7 @@ class Learner:
         while not self.bus.stopping.is_set():
             groups = self.buffer.take_batch(time.time())
             if groups:
+                self.bus.stats.gauges[gauges.LEARNER_HELD] = float(self.buffer.held())
                 self.idle_s += time.monotonic() - idle_since
                 await self.train_on(groups)
                 idle_since = time.monotonic()
@@ -157,6 +158,7 @@ class Learner:
         vid, group_id = verdict.verdict_id, verdict.attempt.group_id
         if not self.ledger.seen(vid, group_id):
             self.buffer.add(verdict, delivery, time.time())
+            self.bus.stats.gauges[gauges.LEARNER_HELD] = float(self.buffer.held())
             return
         self.unsaved.append(delivery)
         if self.ledger.consumed(vid):
@@ -206,6 +208,7 @@ class Learner:
         began = time.monotonic()
         reported = False
         log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
+        self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = float(self.version)
         with anyio.move_on_after(ev.hold_s):
             while not (reported or self.bus.stopping.is_set()):
                 try:
@@ -219,6 +222,7 @@ class Learner:
                     await anyio.sleep(1.0)
         held = time.monotonic() - began
         self.held_s += held
+        self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = -1.0
         log.info("learner.held_for_eval", policy_version=self.version, seconds=round(held, 3),
                  reported=reported)
         return held

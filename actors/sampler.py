@@ -30,7 +30,7 @@ import anyio
 import msgspec
 import structlog
 
-from bus import subjects
+from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
@@ -213,8 +213,11 @@ class Sampler:
         tasks, errors = collect(cfg, seed=self.config.run.seed, split="train")
         for error in errors:
             log.warning("tasks.bad_record", error=str(error))
+        progress = self.bus.stats.gauges
+        progress.update({gauges.GATE_TOTAL: float(len(tasks)), gauges.GATE_DONE: 0.0})
 
         async def accepted(task: Task, report) -> None:
+            progress[gauges.GATE_DONE] += 1
             if report.accepted:
                 self.tasks[task.task_id] = task
                 self.curriculum.add(task.task_id, task.domain, int(task.difficulty), task.split)

@@ -15,6 +15,7 @@ to import upwards to raise a shared error.
     │   ├── ObjectMissing        no object of that name (never stored, or pruned)
     │   └── ObjectCorrupt        a stored object's checksum does not match
     ├── RunError             a run directory or stack is missing or in the wrong state
+    │   └── ActorFailed          a kind crashed again and again before it was ready
     └── InputError           a user-supplied file (tasks, attempts) has a bad record
 
 Expected outcomes are not errors: a program that timed out is an `ExecutionResult` with a
@@ -79,6 +80,13 @@ class ObjectCorrupt(BusError):
 
 class RunError(WhetError):
     """A run directory or running stack is missing, or in a state the command cannot use."""
+
+
+class ActorFailed(RunError):
+    """An actor kind crashed `supervisor.crash_loop_limit` times in a row before it was
+    ready, so the stack stopped; the message names the kind, the cause and its log."""
+
+    exit_code = 1
 
 
 class InputError(WhetError):

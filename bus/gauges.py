@@ -4,8 +4,9 @@ Consumes nothing; produces names. An actor sets a gauge with
 `bus.stats.gauges[gauges.EXECUTOR_JOBS_PER_S] = rate`; the heartbeat carries it in
 `Heartbeat.stats`, `whet status` shows it per instance and the monitor combines it over the
 live instances of the kind (`THROUGHPUT`) for its snapshot and the Prometheus endpoint.
-Each value is a recent rate or duration (the last ten seconds to a minute of work), not a
-lifetime average, so a stall shows.
+The throughput gauges are recent rates or durations (the last ten seconds to a minute of
+work), not lifetime averages, so a stall shows; the progress gauges (gates, held-out round,
+attempts toward the next step) are counts, read by the live status line of `whet up`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,25 @@ LEARNER_STEP_TIME_S = "step_time_s"
 "Learner: seconds of the latest optimizer step (update and weight publication excluded)."
 EXECUTOR_JOBS_PER_S = "jobs_per_s"
 "Executor: sandbox jobs finished per second."
+
+GATE_DONE = "gate_done"
+"Sampler, evaluator: tasks through the intake gates so far (accepted or not)."
+GATE_TOTAL = "gate_total"
+"Sampler, evaluator: tasks the intake gates have to go through."
+ROUND_VERSION = "round_version"
+"Evaluator: policy version of the newest held-out round started (-1: none yet)."
+ROUND_JUDGED = "round_judged"
+"Evaluator: attempts of that round judged so far."
+ROUND_SIZE = "round_size"
+"Evaluator: attempts in that round."
+ROUND_REPORTED = "round_reported"
+"Evaluator: version of the newest round reported (-1: none yet)."
+LEARNER_STEP = "step"
+"Learner: learner steps done."
+LEARNER_HELD = "held_attempts"
+"Learner: judged attempts gathered toward its next step."
+LEARNER_WAITING_FOR_ROUND = "waiting_for_round"
+"Learner: the version whose held-out round it waits for before moving past it (-1: none)."
 
 Combine = Literal["sum", "mean"]
 

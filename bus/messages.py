@@ -367,6 +367,27 @@ class Heartbeat(Message, tag="whet.heartbeat.v1"):
     "Policy version the actor runs, where it runs one."
     stats: dict[str, float] = {}
     "Actor-specific gauges (tokens/s, jobs/s, step time)."
+    ready_at: float = 0.0
+    """Unix time this process became ready (its `run` signalled it started); 0 until then.
+    The supervisor tells a crash before readiness (a crash loop) from one after by it."""
+
+
+class ActorFailure(Message, tag="whet.actor_failure.v1"):
+    """Supervisor to `whet status` (KV whet-run `supervisor.failing.<kind>`): a kind that
+    crashed again and again before it was ready, which stopped the stack."""
+
+    kind: str
+    "Actor kind."
+    instance: str
+    "The instance whose crashes were counted."
+    failures: int
+    "Crashes in a row before readiness."
+    cause: str
+    "Last line of the last crash's exception (or its exit code)."
+    log: str = ""
+    "File holding the whole traceback."
+    at: float = 0.0
+    "Unix time of the last crash."
 
 
 class ScaleTarget(Message, tag="whet.scale.v1"):
@@ -601,6 +622,7 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     Verdict,
     WeightVersion,
     Heartbeat,
+    ActorFailure,
     ScaleTarget,
     Event,
     DeadLetter,

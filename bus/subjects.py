@@ -146,6 +146,15 @@ def gate_key(owner: str, digest: str) -> str:
     return f"{token(owner)}.gate.{digest}"
 
 
+FAILING_PREFIX = "supervisor.failing."
+"whet-run: `ActorFailure` records of kinds whose crash loop stopped the stack."
+
+
+def failing_key(kind: str) -> str:
+    """whet-run key of a kind's `ActorFailure`."""
+    return f"{FAILING_PREFIX}{token(kind)}"
+
+
 def scale_key(kind: str) -> str:
     """KV key of an actor kind's desired count."""
     return f"scale.{token(kind)}"

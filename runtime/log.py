@@ -1,7 +1,8 @@
 """structlog set-up: one pipeline, three sinks (console, JSON-lines file, events stream).
 
 Consumes log calls (`log.info("actor.started", ...)`) from every module; produces
-- a line on stderr: pretty on a terminal, JSON otherwise;
+- a line on stderr: pretty with local wall-clock times on a terminal (under the live status
+  line, `runtime.terminal`), JSON with Unix seconds otherwise; a closed stderr never raises;
 - a JSON line in `<run dir>/logs/<instance>.jsonl`;
 - an `Event` on `whet.v1.events.<kind>.<instance>.<level>`, once a bus is attached.
 
@@ -25,6 +26,7 @@ import structlog
 from bus import subjects
 from bus.codec import encode
 from bus.messages import Event
+from runtime.terminal import LineWriter, terminal
 
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _BUFFER = 10_000
@@ -110,33 +112,37 @@ def configure(*, kind: str, instance: str, run_id: str = "", level: str = "info"
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         file = open(run_dir / "logs" / f"{subjects.token(instance)}.jsonl", "a", buffering=1)
     _sink = EventSink(kind, instance, run_id, file)
-    renderer: Any
-    if sys.stderr.isatty():
-        renderer = structlog.dev.ConsoleRenderer(colors=True)
-    else:
-        renderer = structlog.processors.JSONRenderer()
+    out = terminal()
     processors: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt=None, utc=True),
         structlog.processors.format_exc_info,
-        _sink,
+        _sink,  # the file and the bus get Unix seconds; people get a clock below
     ]
-    if console:
-        processors.append(renderer)
+    if console and out.tty:
+        processors += [_wall_clock, structlog.dev.ConsoleRenderer(colors=True)]
     else:
         processors.append(structlog.processors.JSONRenderer())
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=(structlog.PrintLoggerFactory(sys.stderr) if console
-                        else structlog.PrintLoggerFactory(open("/dev/null", "w"))),
+        logger_factory=(structlog.WriteLoggerFactory(LineWriter(out)) if console  # type: ignore[arg-type]
+                        else structlog.WriteLoggerFactory(open("/dev/null", "w"))),
         cache_logger_on_first_use=False,
     )
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(actor=kind, instance=instance, run_id=run_id)
     return _sink
+
+
+def _wall_clock(_logger: Any, _method: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Unix seconds as local time of day, to the millisecond (terminal lines only)."""
+    ts = event.get("timestamp")
+    if isinstance(ts, float):
+        event["timestamp"] = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts % 1 * 1000):03d}"
+    return event
 
 
 def sink() -> EventSink | None:

@@ -1,7 +1,9 @@
 """PNG plots of a run's metrics: reward, held-out pass rate and staleness against steps.
 
-Consumes `<run dir>/metrics/train.csv` and `eval.csv` (written by `runtime.progress`);
-produces `<run dir>/plots/reward.png`, `heldout.png` and `staleness.png`. Uses matplotlib
+Consumes `<run dir>/metrics/train.csv`, `eval.csv` and `progress.csv` (written by
+`runtime.progress`); produces `<run dir>/plots/progress.png` (tasks gated, attempts judged,
+held-out attempts and learner steps against wall minutes: there from the first minute),
+`reward.png`, `heldout.png` and `staleness.png` (against learner steps). Uses matplotlib
 (the `ml` extra) without a display; without matplotlib it draws nothing and says so once.
 """
 
@@ -39,7 +41,7 @@ def series(rows: list[dict[str, float]], x: str, y: str) -> tuple[list[float], l
 
 
 def draw(run_dir: Path) -> list[Path]:
-    """Redraw the three plots; returns the files written."""
+    """Redraw the four plots; returns the files written."""
     global _warned
     try:
         import matplotlib
@@ -53,9 +55,17 @@ def draw(run_dir: Path) -> list[Path]:
         return []
     train = read_rows(run_dir / "metrics" / "train.csv")
     evals = read_rows(run_dir / "metrics" / "eval.csv")
+    counts = read_rows(run_dir / "metrics" / "progress.csv")
+    for row in counts:
+        row["wall_min"] = row.get("wall_s", 0.0) / 60
     out_dir = run_dir / "plots"
     out_dir.mkdir(exist_ok=True)
     charts = {
+        "progress.png": ("progress (counts so far)", [("tasks gated", counts, "gated"),
+                                                      ("attempts judged", counts, "judged"),
+                                                      ("held-out round attempts judged", counts,
+                                                       "round_judged"),
+                                                      ("learner steps", counts, "step")]),
         "reward.png": ("mean training reward", [("mean reward", train, "mean_reward"),
                                                 ("pass rate", train, "pass_rate")]),
         "heldout.png": ("held-out pass rate and mean reward",
@@ -69,12 +79,15 @@ def draw(run_dir: Path) -> list[Path]:
     written = []
     for name, (title, lines) in charts.items():
         fig, ax = plt.subplots(figsize=(7, 4))
+        x = "wall_min" if name == "progress.png" else "step"
         for label, rows, column in lines:
-            xs, ys = series(rows, "step", column)
+            xs, ys = series(rows, x, column)
             if xs:
                 ax.plot(xs, ys, marker="o", markersize=3, label=label)
         ax.set_title(title)
-        ax.set_xlabel("learner step")
+        ax.set_xlabel("wall minutes" if x == "wall_min" else "learner step")
+        if x == "wall_min":
+            ax.set_yscale("symlog")  # steps (tens) and attempts (thousands) on one chart
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend()

@@ -1,13 +1,18 @@
-"""The main job's progress: a live line on the terminal, CSV metrics and plots in the run dir.
+"""The stack's progress: a live line on the terminal, CSV metrics and plots in the run dir.
 
-Consumes `learner.step_completed` and `evaluator.evaluated` events from the events stream
+Consumes the actors' heartbeats (KV whet-actors: their progress gauges, every second on a
+terminal) and, with a learner, `learner.step_completed` and `evaluator.evaluated` events
 (read-only replay, from the moment the stack is ready); produces
-- a progress bar on stderr (one plain line per step when stderr is not a terminal) with
-  step, policy version, mean reward, pass rate, staleness and the latest held-out pass rate;
-- `<run dir>/metrics/train.csv` and `eval.csv`, one row per learner step / evaluated version,
-  each stamped with wall seconds and CPU seconds of the whole stack since start;
-- `<run dir>/plots/*.png` (reward, held-out pass rate, staleness against steps), redrawn as
-  rows arrive;
+- the live line (`runtime.liveline`) on stderr from the first second: what the stack is
+  doing (actors starting, gating n/N, the held-out round k/N, step s: k/batch attempts) and
+  the latest training figures; redrawn in place on a terminal, otherwise a plain line when
+  it changes (at most every 30 s, at least every 5 minutes);
+- with a learner, `<run dir>/metrics/train.csv` and `eval.csv`, one row per learner step /
+  evaluated version, and `progress.csv`, a row of the live counters every 30 s, each stamped
+  with wall seconds and CPU seconds of the whole stack since start;
+- with a learner, `<run dir>/plots/*.png` (progress against wall time from the first
+  minute; reward, held-out pass rate, staleness against steps), redrawn as rows arrive
+  (at most once a minute) and once more when the stack stops;
 and, once `training.max_steps` steps are done (and the evaluator has reported the round of
 the last version due one), a stop of the stack. It trains nothing.
 """
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 import csv
 import os
-import sys
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,16 +30,28 @@ import anyio
 import structlog
 
 from bus import subjects
-from bus.messages import Event
+from bus.messages import Event, Heartbeat
 from bus.nats_bus import Bus
+from runtime import liveline
 from runtime.config import RunConfig
+from runtime.plots import draw
 from runtime.rundir import RunDir
+from runtime.terminal import terminal
 
 log = structlog.get_logger("runtime.progress")
+ROW_S = 30.0
+"Seconds between rows of metrics/progress.csv."
+PLAIN_LINE_S = 30.0
+"Off a terminal: seconds between looks, a line each time it changed..."
+QUIET_LINE_S = 300.0
+"...and at least this often, changed or not."
+PLOT_S = 60.0
+"Plots are redrawn at most this often (matplotlib costs a second or two of CPU)."
 
 TRAIN_COLUMNS = ["step", "policy_version", "samples_total", "mean_reward", "pass_rate",
                  "staleness_mean", "staleness_max", "stale_rejected", "step_s", "idle_frac",
                  "held_for_eval_s", "loss", "kl", "clip_frac", "wall_s", "cpu_s"]
+PROGRESS_COLUMNS = ["wall_s", "cpu_s", *liveline.Counts().row()]
 EVAL_COLUMNS = ["policy_version", "round", "step", "overall", "reward", "trained", "transfer",
                 "attempts", "complete", "wall_s", "cpu_s"]
 
@@ -81,6 +98,7 @@ class Progress:
         self.started = time.monotonic()
         self.train = CsvLog(run_dir.path / "metrics" / "train.csv", TRAIN_COLUMNS)
         self.eval = CsvLog(run_dir.path / "metrics" / "eval.csv", EVAL_COLUMNS)
+        self.counts = CsvLog(run_dir.path / "metrics" / "progress.csv", PROGRESS_COLUMNS)
         self.step = 0
         self.heldout: float | None = None
         self.last_round = -1
@@ -107,19 +125,25 @@ class Progress:
                           "transfer": mean_of(fields.get("transfer")), "attempts": attempts,
                           **self.stamp()})
 
-    def line(self) -> str:
+    def on_counts(self, counts: liveline.Counts) -> None:
+        """A row of metrics/progress.csv: what the stack has got through so far."""
+        self.counts.append({**counts.row(), **self.stamp()})
+
+    def figures(self) -> str:
+        """The latest training figures for the live line ('' before the first of them)."""
         r = self.last
 
         def f(key: str, fmt: str = "{:.3f}") -> str:
             value = r.get(key)
             return "-" if value is None else fmt.format(value)
 
-        held = "-" if self.heldout is None else f"{self.heldout:.3f}"
-        total = self.cfg.training.max_steps or "∞"
-        return (f"step {self.step}/{total}  version {f('policy_version', '{}')}  "
-                f"reward {f('mean_reward')}  pass {f('pass_rate')}  "
-                f"staleness {f('staleness_mean', '{:.2f}')}  held-out {held}  "
-                f"samples {f('samples_total', '{}')}  cpu {f('cpu_s', '{:.0f}')}s")
+        out = []
+        if r:
+            out.append(f"version {f('policy_version', '{}')} reward {f('mean_reward')} "
+                       f"pass {f('pass_rate')} staleness {f('staleness_mean', '{:.2f}')}")
+        if self.heldout is not None:
+            out.append(f"held-out {self.heldout:.3f}")
+        return "  ".join(out)
 
     @property
     def done(self) -> bool:
@@ -135,59 +159,71 @@ class Progress:
 
 async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
                  child_pids: Callable[[], list[int]]) -> None:
-    """Record and show progress until cancelled; stop the stack after `max_steps` steps."""
-    progress = Progress(cfg, run_dir, child_pids)
+    """Show the live line until cancelled; with a learner, also record metrics and plots,
+    and stop the stack after `max_steps` steps."""
+    progress = Progress(cfg, run_dir, child_pids) if cfg.actors.count.get("learner") else None
     since = time.time()
-    show = _Display(sys.stderr.isatty())
+    term = terminal()
     redraw = anyio.Event()
 
     async def read(kind: str, event: str, handle: Callable[[dict[str, Any]], None]) -> None:
+        assert progress is not None
         async for _, ev, _ in bus.replay(subjects.STREAM_EVENTS, subjects.event_filter(kind),
                                          Event, since=since):
             if ev is not None and ev.event == event:
                 handle(ev.fields)
-                show.update(progress.line())
                 redraw.set()
                 if progress.done:
                     log.info("training.finished", steps=progress.step, **progress.stamp())
                     bus.stopping.set()
 
-    async def plot() -> None:
-        from runtime.plots import draw
+    async def show() -> None:
+        shown, shown_at, row_at = "", -1e9, -1e9
+        while True:
+            now = time.monotonic()
+            try:
+                beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+            except Exception as exc:  # noqa: BLE001 - an outage: say so, keep going
+                text = f"{liveline.duration(now - started)}  no answer from the bus ({exc!r:.80})"
+            else:
+                c = liveline.counts(liveline.live(list(beats.values()), time.time()), cfg)
+                text = liveline.describe(c, cfg, now - started,
+                                         progress.figures() if progress else "")
+                if progress is not None and now - row_at >= ROW_S:
+                    progress.on_counts(c)
+                    row_at = now
+                    redraw.set()
+            if term.tty:
+                term.show(_fit(text))
+            elif text.split("  ", 1)[-1] != shown or now - shown_at >= QUIET_LINE_S:
+                term.show(text)
+                shown, shown_at = text.split("  ", 1)[-1], now
+            await anyio.sleep(1.0 if term.tty else PLAIN_LINE_S)
 
+    async def plot() -> None:
         nonlocal redraw
         while True:
             await redraw.wait()
             redraw = anyio.Event()
             await anyio.to_thread.run_sync(draw, run_dir.path)
-            await anyio.sleep(10)  # at most one redraw per 10 s
+            await anyio.sleep(PLOT_S)
 
+    started = time.monotonic()
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(read, "learner", "learner.step_completed", progress.on_step)
-            tg.start_soon(read, "evaluator", "evaluator.evaluated", progress.on_eval)
-            tg.start_soon(plot)
+            tg.start_soon(show)
+            if progress is not None:
+                tg.start_soon(read, "learner", "learner.step_completed", progress.on_step)
+                tg.start_soon(read, "evaluator", "evaluator.evaluated", progress.on_eval)
+                tg.start_soon(plot)
     finally:
-        show.close()
-        with anyio.CancelScope(shield=True):
-            from runtime.plots import draw
+        term.end_status()
+        if progress is not None:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(draw, run_dir.path)
 
-            await anyio.to_thread.run_sync(draw, run_dir.path)
 
-
-class _Display:
-    """One status line: redrawn in place on a terminal, appended otherwise."""
-
-    def __init__(self, tty: bool) -> None:
-        self.tty = tty
-
-    def update(self, text: str) -> None:
-        if self.tty:
-            sys.stderr.write("\r\x1b[2K" + text)
-        else:
-            sys.stderr.write(text + "\n")
-        sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
+def _fit(text: str) -> str:
+    """`text` cut to the terminal's width, so redrawing in place stays on one line."""
+    width = shutil.get_terminal_size((120, 24)).columns - 1
+    return text if len(text) <= width else text[:width - 1] + "…"

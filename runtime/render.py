@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from bus import gauges as gauge_names
+from bus.messages import ActorFailure
 from runtime.status import StackStatus
 
 _KEY_GAUGES = (gauge_names.GENERATOR_TOKENS_PER_S, gauge_names.EXECUTOR_JOBS_PER_S,
@@ -29,6 +30,14 @@ def gauge_text(stats: dict[str, float], every: bool) -> str:
     return " ".join(x for x in (text, more) if x)
 
 
+def render_failing(failing: list[ActorFailure], console: Console) -> None:
+    """One red line per failing kind: what, how often, why, and where the traceback is."""
+    for f in failing:
+        console.print(f"[bold red]failing[/] {f.kind} ({f.instance}): crashed {f.failures} times "
+                      f"in a row before it was ready: {f.cause}  [dim](log: {f.log})[/]",
+                      markup=True, highlight=False, soft_wrap=True)
+
+
 def render_status(snap: StackStatus, console: Console | None = None, *,
                   every_gauge: bool = False) -> None:
     # Not a terminal (a pipe, a log): wide enough that rows do not wrap into columns of dots.
@@ -45,6 +54,7 @@ def render_status(snap: StackStatus, console: Console | None = None, *,
                        str(a.in_flight), f"{a.per_s:.2f}",
                        str(a.policy_version) if a.policy_version >= 0 else "-", gauges)
     console.print(actors)
+    render_failing(snap.failing, console)
     streams = Table(title=f"queues (dead letters: {snap.dead_letters})", title_justify="left")
     for col in ("stream", "stored", "consumer", "pending", "in flight", "redelivered"):
         streams.add_column(col, justify="left" if col in ("stream", "consumer") else "right")

@@ -6,6 +6,7 @@ Consumes a `RunConfig`; produces `runs/<run_id>/` with
 - `nats/`                 the embedded server's JetStream store and log;
 - `logs/<instance>.jsonl` one JSON-lines event log per process;
 - `supervisor.pid`        the process `whet down` signals;
+- `failure.json`          why the run stopped, when a kind's crash loop stopped it;
 and the `runs/latest` link. It starts nothing.
 """
 
@@ -40,6 +41,11 @@ class RunDir:
     @property
     def pid_file(self) -> Path:
         return self.path / "supervisor.pid"
+
+    @property
+    def failure_file(self) -> Path:
+        """The `ActorFailure` (JSON) of a kind whose crash loop stopped the run."""
+        return self.path / "failure.json"
 
     @property
     def nats_dir(self) -> Path:

@@ -1,8 +1,9 @@
 """Bring a whole stack up and down: server (embedded or given), topology, supervisor.
 
 Consumes a `RunConfig` and a fresh run directory; produces a running stack whose URL and
-supervisor pid are in the run directory, until SIGTERM/SIGINT (`whet down`, Ctrl-C) stops
-it gracefully: actors drain, then the embedded server stops. With `[auth]` on, the embedded
+supervisor pid are in the run directory, and a live status line (`runtime.progress`), until
+SIGTERM, SIGINT or SIGHUP (`whet down`, Ctrl-C, a closed terminal) stops it gracefully, or a
+kind's crash loop does: actors drain, then the embedded server stops, on every way out. With `[auth]` on, the embedded
 server gets per-run users and each actor its role's login (`runtime.credentials`); with
 `[autoscale]` kinds, the autoscaler runs beside the supervisor. It does no domain work.
 """
@@ -19,7 +20,8 @@ import msgspec
 import structlog
 
 from bus import subjects
-from bus.messages import ScaleTarget
+from bus.errors import ActorFailed
+from bus.messages import ActorFailure, ScaleTarget
 from bus.nats_bus import Bus, Identity
 from runtime import autoscale, credentials
 from runtime.config import RunConfig
@@ -33,9 +35,28 @@ log = structlog.get_logger("runtime.stack")
 
 
 async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
-    """Run the stack in this process until a stop signal (or, training, `max_steps`)."""
+    """Run the stack in this process until a stop signal (or, training, `max_steps`).
+
+    Every way out (a signal, a crash loop, an exception) stops the embedded server last.
+    Raises `ActorFailed` when a kind crashed `supervisor.crash_loop_limit` times in a row
+    before it was ready (the stack stopped because of it)."""
     secrets = credentials.secrets_dir(cfg, run_dir)
-    server, url = await _start_server(cfg, run_dir, secrets)
+    server, url = _start_server(cfg, run_dir, secrets)
+    try:
+        failure = await _serve_on(cfg, run_dir, secrets, server, url)
+    finally:
+        with anyio.CancelScope(shield=True):
+            if server is not None:
+                await anyio.to_thread.run_sync(server.stop)
+                log.info("nats.stopped", pid=server.pid)
+            run_dir.pid_file.unlink(missing_ok=True)
+            (run_dir.path / "ready").unlink(missing_ok=True)
+    if failure is not None:
+        raise ActorFailed(failure_line(failure))
+
+
+async def _serve_on(cfg: RunConfig, run_dir: RunDir, secrets: Path | None,
+                    server: EmbeddedServer | None, url: str) -> ActorFailure | None:
     run_dir.url_file.write_text(url + "\n")
     run_dir.pid_file.write_text(f"{os.getpid()}\n")
     from runtime import log as log_mod
@@ -43,12 +64,12 @@ async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
     sink = log_mod.sink()
     settings = credentials.as_admin(bus_settings(cfg, url), cfg, secrets)
     bus = await Bus.connect(settings, Identity("supervisor", "supervisor", run_dir.run_id))
+    supervisor = Supervisor(
+        cfg, run_dir, url, bus,
+        child_env=lambda kind: credentials.actor_env(kind, cfg, secrets, dict(os.environ)))
     try:
         await bus.ensure_topology(topology(cfg))
         await _record_run(bus, cfg, run_dir)
-        supervisor = Supervisor(
-            cfg, run_dir, url, bus,
-            child_env=lambda kind: credentials.actor_env(kind, cfg, secrets, dict(os.environ)))
         async with anyio.create_task_group() as tg:
             if sink is not None:
                 tg.start_soon(sink.forward, bus)
@@ -58,49 +79,62 @@ async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
                 tg.start_soon(autoscale.run_autoscaler, bus, cfg.autoscale, supervisor.counts)
             log.info("stack.ready", run_id=run_dir.run_id, url=url, actors=supervisor.counts())
             (run_dir.path / "ready").write_text(f"{time.time()}\n")
-            if cfg.actors.count.get("learner"):
-                pids = lambda: supervisor.child_pids() + ([server.pid] if server else [])  # noqa: E731
-                tg.start_soon(progress.follow, bus, cfg, run_dir, pids)
+            pids = lambda: supervisor.child_pids() + ([server.pid] if server else [])  # noqa: E731
+            tg.start_soon(progress.follow, bus, cfg, run_dir, pids)
             await bus.stopping.wait()
             await supervisor.done.wait()
             tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
-            log.info("stack.stopped", run_id=run_dir.run_id)
+            log.info("stack.stopped", run_id=run_dir.run_id,
+                     failed=supervisor.failure.kind if supervisor.failure else None)
             if sink is not None:
                 with anyio.move_on_after(2):
                     await sink.forward_pending(bus)
-            await bus.close()
-            if server is not None:
-                await anyio.to_thread.run_sync(server.stop)
-            run_dir.pid_file.unlink(missing_ok=True)
-            (run_dir.path / "ready").unlink(missing_ok=True)
+            with anyio.move_on_after(5):
+                await bus.close()
+    return supervisor.failure
 
 
-async def _start_server(cfg: RunConfig, run_dir: RunDir,
-                        secrets: Path | None) -> tuple[EmbeddedServer | None, str]:
-    """The embedded server (with per-run users when auth is on), or the configured URL."""
+def failure_line(failure: ActorFailure) -> str:
+    """What the terminal says when a kind's crash loop stopped the stack."""
+    return (f"actor kind {failure.kind!r} failed {failure.failures} times in a row before it "
+            f"was ready: {failure.cause} (log: {failure.log})")
+
+
+def _start_server(cfg: RunConfig, run_dir: RunDir,
+                  secrets: Path | None) -> tuple[EmbeddedServer | None, str]:
+    """The embedded server (with per-run users when auth is on), or the configured URL.
+    Started from this (the main) thread, which the server's death signal is tied to."""
     if cfg.bus.url:
         if secrets is not None:
             credentials.read_passwords(secrets)  # fail now, not in every actor
         return None, cfg.bus.url
-    server = EmbeddedServer(run_dir.nats_dir,
+    server = EmbeddedServer(run_dir.nats_dir, die_with_parent=True,
                             extra_config=credentials.embedded_server_config(cfg, secrets))
-    url = await anyio.to_thread.run_sync(server.start)
+    url = server.start()
     log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
              auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file))
     return server, url
 
 
 async def _stop_on_signal(bus: Bus) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            log.info("stack.stopping")
+    """SIGTERM (`whet down`), SIGINT (Ctrl-C) and SIGHUP (the terminal or pipe went away)
+    stop the stack gracefully; the receiver stays open, so a second one cannot cut the
+    drain short and leave the server behind."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            if bus.stopping.is_set():
+                log.info("stack.stop_pending", signal=signal.Signals(signum).name)
+                continue
+            log.info("stack.stopping", signal=signal.Signals(signum).name)
             bus.stopping.set()
-            return
 
 
 async def _record_run(bus: Bus, cfg: RunConfig, run_dir: RunDir) -> None:
+    # A failing kind of an earlier run on the same server is not this run's.
+    for key in await bus.kv_items(subjects.BUCKET_RUN, ActorFailure, prefix=subjects.FAILING_PREFIX):
+        await bus.kv_delete(subjects.BUCKET_RUN, key)
     # Scale targets from an earlier run on the same server would override this config.
     for kind in cfg.actors.count:
         await bus.kv_put(subjects.BUCKET_RUN, subjects.scale_key(kind),

@@ -1,8 +1,8 @@
 """`whet status`: a snapshot of a running stack, read from the bus.
 
 Consumes the actor registry (heartbeats in KV), stream and consumer state, the policy
-version, the dead-letter count and the monitor's latest `MetricsSnapshot` (KV, when a
-monitor runs); produces a `StackStatus` value, rendered as tables or JSON by the CLI. An
+version, the dead-letter count, the monitor's latest `MetricsSnapshot` (KV, when a monitor
+runs) and the `ActorFailure`s of kinds whose crash loop stopped the stack; produces a `StackStatus` value, rendered as tables or JSON by the CLI. An
 actor whose last beat is older than three of its intervals is shown as `dead`. It changes
 nothing.
 """
@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 import msgspec
 
 from bus import subjects
-from bus.messages import Heartbeat, MetricsSnapshot, WeightVersion
+from bus.messages import ActorFailure, Heartbeat, MetricsSnapshot, WeightVersion
 from bus.nats_bus import Bus
 
 WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
@@ -57,15 +57,25 @@ class StackStatus:
     at: float = 0.0
     metrics: MetricsSnapshot | None = None
     "The monitor's latest snapshot, if a monitor runs."
+    failing: list[ActorFailure] = field(default_factory=list)
+    "Kinds whose crash loop stopped the stack, with the cause."
 
     def live(self, kind: str) -> int:
         """Instances of `kind` that are beating and ready."""
         return sum(a.kind == kind and a.state == "ready" for a in self.actors)
 
     def as_dict(self) -> dict:
-        out = asdict(replace(self, metrics=None))
+        out = asdict(replace(self, metrics=None, failing=[]))
         out["metrics"] = msgspec.to_builtins(self.metrics) if self.metrics else None
+        out["failing"] = [failing_dict(f) for f in self.failing]
         return out
+
+
+def failing_dict(failure: ActorFailure) -> dict:
+    """An `ActorFailure` as plain JSON fields (without its wire tag)."""
+    out = msgspec.to_builtins(failure)
+    out.pop("t", None)
+    return out
 
 
 def actor_row(beat: Heartbeat, now: float) -> ActorRow:
@@ -101,6 +111,8 @@ async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
                                      c["redelivered"]))
     policy = await bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
     metrics = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_METRICS, MetricsSnapshot)
+    failing = await bus.kv_items(subjects.BUCKET_RUN, ActorFailure, prefix=subjects.FAILING_PREFIX)
     return StackStatus(actors=rows, streams=streams,
                        policy_version=policy.version if policy else -1,
-                       dead_letters=dead_letters, at=now, metrics=metrics)
+                       dead_letters=dead_letters, at=now, metrics=metrics,
+                       failing=sorted(failing.values(), key=lambda f: f.kind))

@@ -3,8 +3,12 @@
 Consumes the run config (initial counts) and `ScaleTarget` entries in the run KV bucket
 (`whet scale` writes them); produces actor processes (`runtime.actor_main`), each with its
 own log file under `<run dir>/logs/`. A crashed process is restarted in the same slot after
-a backoff that doubles per crash and resets once it has run for a while. Scaling down sends
-SIGTERM to the newest instances, which drain or give back their work.
+a backoff that doubles per crash and resets once it has run for a while. A slot whose
+process crashes `crash_loop_limit` times in a row without ever becoming ready (its
+heartbeat's `ready_at`) makes its kind failing: an `actor.crash_looped` error with the
+crash's last exception line, an `ActorFailure` in KV whet-run and in the run directory
+(`failure.json`, for `whet status` once the stack is gone), and a stop of the stack.
+Scaling down sends SIGTERM to the newest instances, which drain or give back their work.
 
 It does no domain work and never touches messages other than scale targets.
 """
@@ -17,16 +21,19 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import anyio
 import anyio.abc
+import msgspec
 import structlog
 
 from bus import subjects
 from bus.errors import BusUnavailable
-from bus.messages import ScaleTarget
+from bus.messages import ActorFailure, Heartbeat, ScaleTarget
 from bus.nats_bus import Bus
+from runtime import crash_cause
 from runtime.config import RunConfig
 from runtime.rundir import RunDir
 
@@ -43,6 +50,8 @@ class Slot:
     proc: anyio.abc.Process | None = None
     retired: bool = False
     restarts: int = 0
+    failures: int = 0
+    "Crashes in a row of processes that never became ready."
     exited: anyio.Event = field(default_factory=anyio.Event)
 
 
@@ -57,6 +66,8 @@ class Supervisor:
         self._tg: anyio.abc.TaskGroup | None = None
         self.done = anyio.Event()
         "Set once every actor process has exited after a stop."
+        self.failure: ActorFailure | None = None
+        "The crash loop that stopped the stack, if one did."
 
     async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Start every kind at its desired count; follow scale targets until stopping."""
@@ -120,8 +131,9 @@ class Supervisor:
         logs = self.run_dir.path / "logs"
         logs.mkdir(exist_ok=True)
         while not slot.retired and not self.bus.stopping.is_set():
-            out = open(logs / f"{slot.instance}.out", "ab")
-            started = time.monotonic()
+            out_path = logs / f"{slot.instance}.out"
+            out = open(out_path, "ab")
+            offset, started, spawned_at = out.tell(), time.monotonic(), time.time()
             slot.exited = anyio.Event()
             try:
                 slot.proc = await anyio.open_process(self._command(slot), stdin=subprocess.DEVNULL,
@@ -135,13 +147,45 @@ class Supervisor:
             if slot.retired or self.bus.stopping.is_set():
                 break
             slot.restarts += 1
+            ready = await self._was_ready(slot, slot.proc.pid)
+            slot.failures = 0 if ready is not False else slot.failures + 1
+            why = crash_cause.cause(logs, slot.instance, spawned_at, offset) or f"exit code {code}"
             if time.monotonic() - started > _STABLE_S:
                 backoff = self.cfg.supervisor.restart_backoff_s
             log.warning("actor.exited", kind=slot.kind, child=slot.instance, code=code,
-                        restart_in_s=backoff, restarts=slot.restarts)
+                        cause=why, ready=ready, restart_in_s=backoff, restarts=slot.restarts)
+            if slot.failures >= self.cfg.supervisor.crash_loop_limit:
+                await self._crash_looped(slot, why, out_path)
+                break
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, self.cfg.supervisor.restart_backoff_max_s)
         self.slots[slot.kind] = [s for s in self.slots[slot.kind] if s is not slot or not s.retired]
+
+    async def _was_ready(self, slot: Slot, pid: int) -> bool | None:
+        """Whether process `pid` of `slot` ever became ready, from its last heartbeat; None
+        when the bus cannot say (an outage is no evidence of a crash loop)."""
+        try:
+            with anyio.fail_after(5):
+                beat = await self.bus.kv_get(subjects.BUCKET_ACTORS,
+                                             subjects.actor_key(slot.kind, slot.instance), Heartbeat)
+        except (TimeoutError, BusUnavailable, OSError):
+            return None
+        return beat is not None and beat.pid == pid and beat.ready_at > 0
+
+    async def _crash_looped(self, slot: Slot, why: str, out_path: Path) -> None:
+        """Record why `slot`'s kind is failing, where `whet status` finds it, and stop."""
+        failure = ActorFailure(kind=slot.kind, instance=slot.instance, failures=slot.failures,
+                               cause=why, log=str(out_path), at=time.time())
+        self.failure = self.failure or failure
+        log.error("actor.crash_looped", kind=slot.kind, child=slot.instance,
+                  failures=slot.failures, cause=why, log=str(out_path))
+        self.run_dir.failure_file.write_bytes(msgspec.json.encode(failure))
+        try:
+            with anyio.fail_after(5):
+                await self.bus.kv_put(subjects.BUCKET_RUN, subjects.failing_key(slot.kind), failure)
+        except (TimeoutError, BusUnavailable, OSError) as exc:
+            log.warning("supervisor.failure_not_recorded", kind=slot.kind, error=repr(exc))
+        self.bus.stopping.set()
 
     async def _retire(self, slot: Slot) -> None:
         await self._terminate(slot)

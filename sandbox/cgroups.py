@@ -49,10 +49,11 @@ class Layout:
         return f"cgroup {self.mode}{extra}"
 
 
-def detect() -> Layout:
-    """Find the cgroup layout of this host, preferring a complete v2 hierarchy."""
+def detect(proc: Path = Path("/proc/self")) -> Layout:
+    """Find the cgroup layout of this host, preferring a complete v2 hierarchy. `proc` is
+    where `mountinfo` and `cgroup` are read (this process's, unless a test says otherwise)."""
     mounts: dict[str, tuple[Path, str]] = {}
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+    for line in (proc / "mountinfo").read_text().splitlines():
         left, _, right = line.partition(" - ")
         fields, rfields = left.split(), right.split()
         fstype, root, point = rfields[0], fields[3], Path(fields[4])
@@ -63,14 +64,18 @@ def detect() -> Layout:
                 if opt in ("memory", "pids", "cpu", "cpuacct"):
                     mounts.setdefault(opt, (point, root))
     own: dict[str, str] = {}
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    for line in (proc / "cgroup").read_text().splitlines():
         _, controllers, path = line.split(":", 2)
         for name in controllers.split(",") if controllers else ["unified"]:
             own[name] = path
     dirs = {name: _place(point, root, own.get(name, "/")) for name, (point, root) in mounts.items()}
     unified = dirs.get("unified")
+    available: set[str] = set()
     if unified is not None:
-        available = set((unified / "cgroup.controllers").read_text().split())
+        try:
+            available = set((unified / "cgroup.controllers").read_text().split())
+        except OSError:
+            pass  # not our hierarchy to read: counts as no controllers
         if set(_LIMIT_CONTROLLERS) <= available:
             return Layout("v2", {"unified": unified}, {"unified": mounts["unified"][0]})
     if all(name in dirs for name in ("memory", "pids", "cpu", "cpuacct")):

@@ -24,6 +24,7 @@ from bus.messages import Limits
 from sandbox.envs import EnvSpec
 
 BWRAP = "/usr/bin/bwrap"
+"Where Debian's bubblewrap puts it; the local backend uses the one on PATH."
 HOST_PYTHON = "/usr/bin/python3"
 STATUS_FD = 4
 "Where bubblewrap's JSON status goes in the launched job (0-2 stdio, 3 the report)."
@@ -51,10 +52,10 @@ def job_env(env: EnvSpec, extra: dict[str, str] | None = None) -> dict[str, str]
 
 
 def bwrap_args(rootfs: str, workdir: str, limits: Limits, env: dict[str, str],
-               status_fd: int | None = None) -> list[str]:
-    """bubblewrap options for one sandbox (without the command)."""
+               status_fd: int | None = None, bwrap: str = BWRAP) -> list[str]:
+    """bubblewrap options for one sandbox (without the command); `bwrap` is its binary."""
     size = str(limits.disk_mb * 1024 * 1024)
-    args = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session",
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
             "--hostname", "sandbox", "--ro-bind", rootfs, "/", "--proc", "/proc",
             "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
             "--size", size, "--tmpfs", "/tmp", "--ro-bind", workdir, WORK, "--chdir", WORK,

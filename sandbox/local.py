@@ -28,7 +28,7 @@ import anyio
 import structlog
 
 from bus.messages import ExecutionResult, Job
-from sandbox import cgroups, envs
+from sandbox import cgroups, envs, host
 from sandbox.config import SandboxConfig
 from sandbox.launch import BWRAP, HOST_PYTHON, STATUS_FD, Slot, bwrap_args, job_env, spawn_request
 from sandbox.outcome import (Observed, bad_job, finished, nothing_to_run, safe_relative,
@@ -97,17 +97,18 @@ class LocalBackend:
         self.pool = SlotPool(slots)
         self.spawners = SlotSpawners(self)
         self.warm = None
+        self.bwrap = BWRAP
+        "The bubblewrap binary (the one on PATH, once opened)."
         log.info("sandbox.opened", backend=self.name, cgroups=self.layout.describe(),
                  slots=slots, uid_base=config.uid_base, root=str(self.root))
 
     @classmethod
     async def open(cls, config: SandboxConfig, slots: int) -> LocalBackend:
-        for tool in (BWRAP, "/bin/bash", HOST_PYTHON):
-            if not os.access(tool, os.X_OK):
-                raise RuntimeError(f"local sandbox needs {tool} (apt-get install bubblewrap bash python3)")
-        if os.geteuid() != 0:
-            raise RuntimeError("local sandbox needs root (cgroups and per-slot uids)")
+        problems = host.local_problems(HOST_PYTHON)
+        if problems:
+            raise RuntimeError("; ".join(f"{what} (fix: {fix})" for what, fix in problems))
         backend = cls(config, slots)
+        backend.bwrap = host.which(host.BUBBLEWRAP.command) or BWRAP
         if config.prefork:
             from sandbox.zygote import WarmPython
 
@@ -163,7 +164,7 @@ class LocalBackend:
             return sandbox_failure(self.name, f"cgroup set-up of slot {index}: {exc}")
         (out_r, out_w), (err_r, err_w), (rep_r, rep_w), (st_r, st_w) = (pipe() for _ in range(4))
         bwrap = bwrap_args(str(envs.rootfs(env, self.config.envs_dir)), str(folder), job.limits,
-                           job_env(env), status_fd=STATUS_FD)
+                           job_env(env), status_fd=STATUS_FD, bwrap=self.bwrap)
         request = spawn_request(self.slot(index), job.limits, bwrap, job.command)
         stdin_path = self.root / f"slot{index}.stdin"
         stdin_path.write_bytes(job.stdin)

@@ -28,7 +28,7 @@ import structlog
 
 from bus.messages import ExecutionResult, Job
 from sandbox import envs
-from sandbox.launch import BWRAP, job_env
+from sandbox.launch import job_env
 from sandbox.outcome import sandbox_failure, split_shell_code
 from sandbox.pipes import close_quietly
 
@@ -77,7 +77,7 @@ class WarmPython:
             (root / "zygote.json").write_text(json.dumps({"cgroup_procs": procs}))
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             rootfs = str(envs.rootfs(self.env, self.backend.config.envs_dir))
-            argv = [BWRAP, "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
+            argv = [self.backend.bwrap, "--unshare-ipc", "--unshare-net", "--unshare-uts", "--die-with-parent",
                     "--cap-add", "ALL", "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
                     "--tmpfs", "/tmp", "--ro-bind", "/sys", "/sys",
                     "--bind", "/sys/fs/cgroup", "/sys/fs/cgroup",

@@ -47,7 +47,7 @@ def compose_missing() -> str:
         return "no docker CLI (apt-get install docker.io)"
     proc = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
-        return f"`docker compose` does not work: {proc.stderr.strip()[-300:]} (see .ci/run)"
+        return f"`docker compose` does not work: {proc.stderr.strip()[-300:]} (make test installs it: deploy/setup.py)"
     return ""
 
 

@@ -1,7 +1,7 @@
 """Fixtures for sandbox tests: built environment trees, a real Docker-API engine, backends.
 
-The environment trees are built once per machine (`python -m sandbox.envbuild`; `.ci/run`
-does it before the tests). The docker engine is the private dockerd that `sandbox.engine`
+The environment trees are built once per machine (`python -m sandbox.envbuild`; `make test`
+does it before the tests, through deploy/setup.py). The docker engine is the private dockerd that `sandbox.engine`
 starts when nothing answers; a test skips only if that engine truly cannot start here, and
 says why. Import the fixtures into a test module with `from tests.sandbox_fixtures import *`.
 """

@@ -2,8 +2,9 @@
 executors scaled 1 -> 3 -> 1 while work flows, `whet status` and `whet tail` from the host,
 then `down`, with nothing lost.
 
-The engine is the private dockerd of `sandbox.engine` (or DOCKER_HOST); `.ci/run` installs
-docker.io, docker-compose and the `docker compose` plugin, and builds the images first (they
+The engine is the private dockerd of `sandbox.engine` (or DOCKER_HOST); `make test` installs
+docker.io, docker-compose and the `docker compose` plugin (deploy/setup.py), and builds the
+images first (they
 are cached by content hash, so the build here is a lookup). The test skips only when the
 engine truly cannot start on this machine, and fails instead under CI.
 """

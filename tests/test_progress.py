@@ -1,11 +1,17 @@
-"""The main job's progress record: CSV rows per step and evaluation, and when a run stops."""
+"""The main job's progress: CSV rows per step and evaluation, when a run stops, the live
+line from the first second, and plots before the first step."""
 
 from __future__ import annotations
 
 import csv
 
+import anyio
+
+from bus.messages import Heartbeat
 from envs.config import EvaluatorConfig
+from runtime import liveline
 from runtime.config import ActorsConfig, RunConfig, TrainingConfig
+from runtime.plots import draw
 from runtime.progress import Progress
 from runtime.rundir import RunDir
 
@@ -46,3 +52,61 @@ def test_with_an_evaluator_the_run_waits_for_the_round_of_its_last_version(tmp_p
         rows = list(csv.DictReader(f))
     assert [(r["round"], r["overall"], r["attempts"]) for r in rows] == [
         ("2", "0.25", "4"), ("4", "0.5", "4")]
+
+
+def beat(kind: str, state: str = "ready", beat_at: float = 100.0, **stats: float) -> Heartbeat:
+    return Heartbeat(kind=kind, instance=f"{kind}-1", pid=1, host="h", state=state,
+                     started_at=90.0, beat_at=beat_at, interval_s=2.0, stats=stats)
+
+
+def test_the_live_line_says_what_the_stack_does_before_the_first_step():
+    """Gating, the version-0 held-out round and the attempts gathered for step 1 are shown,
+    from the heartbeats' gauges; stopped and silent processes count for nothing."""
+    cfg = RunConfig(training=TrainingConfig(max_steps=24, batch_size=32),
+                    actors=ActorsConfig(count={"sampler": 1, "evaluator": 1, "learner": 1,
+                                               "judge": 1}))
+    beats = [beat("sampler", gate_done=30, gate_total=400),
+             beat("evaluator", gate_done=7, gate_total=50, round_version=0, round_judged=12,
+                  round_size=109, round_reported=-1),
+             beat("learner", held_attempts=12),
+             beat("judge", state="stopped"), beat("judge", beat_at=50.0)]
+    counts = liveline.counts(liveline.live(beats, now=101.0), cfg)
+    line = liveline.describe(counts, cfg, elapsed_s=252)
+    assert line == ("4m12s  starting: 3/4 actors ready (waiting for judge) | gating 37/450 tasks"
+                    " | held-out round at version 0: 12/109 attempts | step 1/24: 12/32 attempts")
+
+
+def test_the_live_line_shows_a_held_learner_and_the_latest_figures(tmp_path):
+    """A learner waiting for a round says so; after steps the line carries their figures."""
+    cfg = RunConfig(training=TrainingConfig(max_steps=24),
+                    actors=ActorsConfig(count={"learner": 1, "evaluator": 1}))
+    beats = [beat("learner", step=12, waiting_for_round=12),
+             beat("evaluator", round_version=12, round_judged=100, round_size=109,
+                  round_reported=0)]
+    p = progress(tmp_path, evaluators=1)
+    p.on_step({"step": 12, "policy_version": 12, "mean_reward": 0.125, "pass_rate": 0.25,
+               "staleness_mean": 0.5})
+    line = liveline.describe(liveline.counts(beats, cfg), cfg, 3700, p.figures())
+    assert line == ("1h01m  held-out round at version 12: 100/109 attempts | step 12/24 done, "
+                    "waiting for the held-out round at version 12 | version 12 reward 0.125 "
+                    "pass 0.250 staleness 0.50")
+
+
+def test_plots_exist_from_the_first_progress_row(tmp_path):
+    """Before any step, the progress counters are plotted against wall time."""
+    p = progress(tmp_path, evaluators=1)
+    p.on_counts(liveline.Counts(gated=10, gate_total=100, judged=5))
+    written = draw(tmp_path)
+    assert (tmp_path / "plots" / "progress.png") in written
+    assert (tmp_path / "plots" / "progress.png").stat().st_size > 1000
+
+
+async def test_a_stack_shows_its_live_line_from_the_start(make_stack, tmp_path):
+    """Off a terminal the live line is a plain line, there before any work is done."""
+    stack = make_stack("[actors.count]\nprobe = 1\n[actors.target]\n"
+                       'probe = "tests.probe_actor:run"\n')
+    stack.start()
+    with anyio.fail_after(30):
+        while not any(line.split("  ", 1)[-1].startswith(("starting: 0/1", "running"))
+                      for line in (tmp_path / "stack.out").read_text().splitlines()):
+            await anyio.sleep(0.2)

@@ -1,0 +1,141 @@
+"""Make this machine ready for `make run` or `make test`: `python3 -m deploy.setup run|test`.
+
+Consumes the host: programs on PATH, the sandbox environment trees, the Docker CLI plugins.
+Installs what the target needs and is missing, in this order:
+- system packages with apt-get: for `run`, bubblewrap (the local sandbox), debootstrap while
+  the trees are unbuilt, python3-venv while there is no venv and no ensurepip; for `test`,
+  also docker.io, runc and docker-compose (the docker backend and the compose stack);
+- the sandbox environment trees (`sandbox.envbuild`: debootstrap, about 2 minutes once);
+- for `test`, the `docker compose` plugin that hands over to docker-compose 1.29
+  (deploy/docker-compose-v1-plugin), where `docker compose` does not work yet.
+
+As root it installs; as anyone else it prints one line with the exact command to run and
+exits 1. What is there is skipped: a second call only looks, in well under a second.
+Stdlib only (it runs with the system Python, before any venv exists). It does NOT create
+the venv or build images: the Makefile does, with the venv's Python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from sandbox import envbuild, envs, host
+
+ROOT = Path(__file__).resolve().parent.parent
+PLUGIN = ROOT / "deploy" / "docker-compose-v1-plugin"
+SYSTEM_PLUGINS = Path("/usr/local/lib/docker/cli-plugins")
+TEST_TOOLS = host.DOCKER + (host.HostTool("docker-compose", "docker-compose", "the compose stack"),)
+"What `make test` needs beyond `make run`: a Docker engine and Debian's docker-compose."
+
+
+def packages_needed(target: str, venv: Path, envs_dir: str = "") -> list[str]:
+    """Debian packages `target` ('run' or 'test') needs and this host lacks."""
+    tools = list(host.LOCAL)
+    if unbuilt_trees(envs_dir):
+        tools += host.BUILD
+    if target == "test":
+        tools += TEST_TOOLS
+    packages = [t.package for t in host.missing(tools)]
+    if not (venv / "bin" / "python").exists() and importlib.util.find_spec("ensurepip") is None:
+        packages.append("python3-venv")  # Debian keeps `python3 -m venv` in its own package
+    return packages
+
+
+def unbuilt_trees(envs_dir: str = "") -> list[envs.EnvSpec]:
+    """Environment specs whose tree is not built yet."""
+    return [spec for spec in envs.SPECS.values() if not envs.is_built(spec, envs_dir)]
+
+
+PLUGIN_DIRS = (Path.home() / ".docker" / "cli-plugins", SYSTEM_PLUGINS,
+               Path("/usr/local/libexec/docker/cli-plugins"), Path("/usr/libexec/docker/cli-plugins"),
+               Path("/usr/lib/docker/cli-plugins"))
+"Where the Docker CLI looks for plugins."
+
+
+def compose_plugin_works() -> bool:
+    """True when `docker compose` has a plugin (Compose v2, or the hand-over installed
+    before), or answers anyway."""
+    if any((folder / "docker-compose").is_file() for folder in PLUGIN_DIRS):
+        return True
+    docker = host.which("docker")
+    if docker is None:
+        return False
+    proc = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
+    return proc.returncode == 0
+
+
+def plugin_dir(root: bool) -> Path:
+    """Where the compose plugin goes: the system folder as root, the user's otherwise."""
+    return SYSTEM_PLUGINS if root else Path.home() / ".docker" / "cli-plugins"
+
+
+def sudo_line(packages: list[str], trees: bool) -> str:
+    """The one command a non-root user runs to do what this would do as root."""
+    steps = []
+    if packages:
+        steps.append(f"sudo {host.apt_install(packages)}")
+    if trees:
+        steps.append("sudo python3 -m sandbox.envbuild")
+    return " && ".join(steps)
+
+
+def apt_install(packages: list[str]) -> None:
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+    subprocess.run(host.apt_install(packages).split() + ["-q"], check=True, env=env)
+
+
+def install_plugin(root: bool) -> Path:
+    target = plugin_dir(root) / "docker-compose"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(PLUGIN, target)
+    target.chmod(0o755)
+    return target
+
+
+def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = None) -> int:
+    """Install what `target` lacks; 0 when the machine is ready, 1 when a person must act."""
+    root = os.geteuid() == 0 if root is None else root
+    packages = packages_needed(target, venv, envs_dir)
+    trees = unbuilt_trees(envs_dir)
+    if (packages or trees) and not root:
+        lacking = [f"{', '.join(packages)} (not installed)"] if packages else []
+        lacking += [f"the sandbox trees {', '.join(s.key for s in trees)} (not built)"] if trees else []
+        print(f"deploy.setup: `make {target}` needs {' and '.join(lacking)}, which takes root; "
+              f"run: {sudo_line(packages, bool(trees))}", file=sys.stderr)
+        return 1
+    if packages:
+        print(f"deploy.setup: installing {' '.join(packages)} (apt-get)", flush=True)
+        apt_install(packages)
+    for spec in trees:
+        print(f"deploy.setup: building the {spec.key} environment tree (debootstrap, "
+              "about 2 minutes once)", flush=True)
+        envbuild.build(spec, envs_dir)
+    if target == "test" and not compose_plugin_works():
+        print(f"deploy.setup: `docker compose` hands over to docker-compose 1.29: "
+              f"{install_plugin(root)}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("target", choices=["run", "test"])
+    parser.add_argument("--venv", default=".venv", help="the venv the Makefile makes")
+    parser.add_argument("--envs-dir", default="", help="trees folder (default: WHET_ENVS_DIR "
+                                                       "or /var/cache/whetstone/envs)")
+    args = parser.parse_args(argv)
+    try:
+        return setup(args.target, Path(args.venv), args.envs_dir)
+    except (subprocess.CalledProcessError, RuntimeError) as exc:
+        print(f"deploy.setup: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

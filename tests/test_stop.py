@@ -1,0 +1,96 @@
+"""Stopping leaves nothing behind: every way a foreground `whet up` is stopped also stops its
+embedded nats-server, even when nobody reads its output any more.
+
+`make run 2>&1 | tee run.log` then Ctrl-C: the terminal sends SIGINT to the foreground
+group (whet, its actors, tee), tee dies, and whet's stderr becomes a pipe without a reader.
+The embedded server runs in a session of its own (so the actors can drain through it), so
+only whet can stop it. Each test stages exactly that, with the probe actor.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from bus.nats_bus import Bus, Identity
+from runtime import status as status_mod
+from runtime.embedded import alive
+from tests.conftest import ROOT, bus_settings
+
+CONFIG = """
+[run]
+name = "stop"
+runs_dir = "{runs}"
+[actors.count]
+probe = 2
+[actors.target]
+probe = "tests.probe_actor:run"
+[supervisor]
+heartbeat_s = 0.5
+drain_s = 3
+[monitor]
+prometheus_port = 0
+"""
+
+
+def start_whet(tmp_path: Path) -> subprocess.Popen:
+    """`whet up` on its own embedded server, in a process group of its own (as a shell
+    starts a pipeline), its output into a pipe this test holds the reading end of."""
+    config = tmp_path / "stop.toml"
+    config.write_text(CONFIG.format(runs=tmp_path / "runs"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("WHET_NATS_URL", None)
+    return subprocess.Popen([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def server_pid(run: Path) -> int:
+    """The embedded server's pid, from the ports file it keeps while it runs."""
+    (ports,) = (run / "nats" / "ports").glob("*.ports")
+    return int(ports.stem.rsplit("_", 1)[1])
+
+
+async def probes_ready(run: Path, deadline_s: float = 60.0) -> None:
+    with anyio.fail_after(deadline_s):
+        while not (run / "ready").exists():
+            await anyio.sleep(0.1)
+        bus = await Bus.connect(bus_settings((run / "nats.url").read_text().strip()),
+                                Identity("test", "test-1"))
+        try:
+            while (await status_mod.gather(bus)).live("probe") < 2:
+                await anyio.sleep(0.2)
+        finally:
+            await bus.close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=lambda s: signal.Signals(s).name)
+async def test_a_stop_with_the_output_pipe_gone_stops_the_embedded_server(tmp_path, signum):
+    """SIGINT (Ctrl-C of a pipe into tee), SIGTERM and SIGHUP to the foreground group, with
+    nobody reading whet's output: whet exits 0 and its nats-server is gone."""
+    proc = start_whet(tmp_path)
+    try:
+        run = tmp_path / "runs" / "latest"
+        await probes_ready(run)
+        server = server_pid(run)
+        assert alive(server)
+        proc.stdout.close()  # tee died with the Ctrl-C
+        os.killpg(proc.pid, signum)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=60)) == 0
+        deadline = time.monotonic() + 20
+        while alive(server):
+            assert time.monotonic() < deadline, "nats-server outlived the stack"
+            await anyio.sleep(0.1)
+        events = (run / "logs" / "supervisor.jsonl").read_text()
+        assert '"stack.stopped"' in events and '"nats.stopped"' in events
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
