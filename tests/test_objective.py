@@ -7,6 +7,9 @@ import math
 import pytest
 import torch
 
+from bus.messages import LayerResult
+from judging.config import RewardConfig
+from judging.reward import compose
 from policy.objective import (clipped_surrogate, group_advantages, importance_weights,
                               kl_to_reference, token_logprobs)
 
@@ -30,6 +33,31 @@ def test_uniform_or_lonely_groups_have_no_signal():
     """All-equal rewards, or a single present reward, give zero advantages."""
     assert group_advantages([1.0, 1.0, 1.0]) == [0.0, 0.0, 0.0]
     assert group_advantages([None, 0.7, None]) == [None, 0.0, None]
+
+
+def _layers(*ratios):
+    names = ("visible", "hidden", "robustness")
+    return [LayerResult(name="structure", passed=3, total=3, ok=True)] + [
+        LayerResult(name=n, passed=p, total=t, ok=p == t) for n, (p, t) in zip(names, ratios)]
+
+
+def test_a_hack_in_a_group_gets_a_lower_advantage_than_an_honest_syntax_error():
+    """Hack (-1), syntax error (-0.5), pass (1), wrong answer (0.1): the hack's advantage is
+    the group's lowest, below the syntax error's, scaled or not."""
+    full = _layers((2, 2), (6, 6), (10, 10))
+    weights = RewardConfig()
+    hack, _ = compose(compiled=True, format_ok=True, layers=full, turns=1, hack=True, weights=weights)
+    syntax, _ = compose(compiled=False, format_ok=False, layers=[], turns=1, hack=False, weights=weights)
+    honest, _ = compose(compiled=True, format_ok=True, layers=full, turns=1, hack=False, weights=weights)
+    wrong, _ = compose(compiled=True, format_ok=True, layers=_layers((0, 2), (0, 6), (0, 10)),
+                       turns=1, hack=False, weights=weights)
+    assert (hack, syntax, honest, wrong) == (-1.0, -0.5, 1.0, pytest.approx(0.1))
+    for scale in (True, False):
+        adv = group_advantages([hack, syntax, honest, wrong], scale=scale)
+        assert adv[0] < adv[1] < 0 and adv[0] == min(adv)
+    # By hand, unscaled: mean (-1 - 0.5 + 1 + 0.1) / 4 = -0.1.
+    assert group_advantages([hack, syntax, honest, wrong], scale=False) == pytest.approx(
+        [-0.9, -0.4, 1.1, 0.2])
 
 
 def test_truncated_importance_weights_cap_at_the_clip():
