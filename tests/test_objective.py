@@ -78,6 +78,32 @@ def test_decoupled_importance_weights_mask_above_the_clip():
     assert keep.tolist() == [1.0, 0.0]
 
 
+def test_icepop_masks_ratios_outside_the_band_on_both_sides():
+    """Band [0.5, 2]: e^-1 (0.37) and e^1 (2.72) are masked, e^-0.5 (0.61), 1 and e^0.5
+    (1.65) keep their weight; the masked share is 2/5."""
+    prox = torch.zeros(5)
+    behav = torch.tensor([1.0, 0.5, 0.0, -0.5, -1.0])
+    weight, keep = importance_weights(prox, behav, "icepop", cap=2.0, floor=0.5)
+    assert weight.tolist() == pytest.approx([0.0, math.exp(-0.5), 1.0, math.exp(0.5), 0.0])
+    assert keep.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+    assert (1 - keep).mean().item() == pytest.approx(0.4)
+    _, decoupled = importance_weights(prox, behav, "decoupled", cap=2.0, floor=0.5)
+    assert decoupled.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0], "decoupled ignores the floor"
+
+
+def test_icepop_gives_masked_tokens_no_gradient_and_kept_ones_w_times_a():
+    """On-proximal, A = 1: the kept token (w = e^-0.5) has gradient -e^-0.5, the masked ones
+    (w = e^-1 below the floor, e^1 above the cap) exactly 0; `kept` marks which."""
+    logp = torch.tensor([-1.0, -1.0, -1.0], requires_grad=True)
+    behav = torch.tensor([0.0, -0.5, -2.0])
+    loss, stats = clipped_surrogate(logp, logp.detach(), behav, torch.ones(3), "icepop", 0.2,
+                                    cap=2.0, floor=0.5)
+    loss.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, -math.exp(-0.5), 0.0])
+    assert loss.tolist() == pytest.approx([0.0, -math.exp(-0.5), 0.0])
+    assert stats["kept"].tolist() == [0.0, 1.0, 0.0]
+
+
 def test_surrogate_clips_the_ratio_in_the_direction_of_the_advantage():
     """r = e^0.3 (1.35) > 1.2: with A=+1 the loss is -1.2 (clipped); with A=-1 it is +1.35."""
     logp = torch.tensor([0.3, 0.3])
