@@ -1,7 +1,8 @@
 """PNG plots of a run's metrics: reward, held-out pass rate and staleness against steps.
 
 Consumes `<run dir>/metrics/train.csv` and `eval.csv` (written by `runtime.progress`);
-produces `<run dir>/plots/reward.png`, `heldout.png` and `staleness.png`. Uses matplotlib
+produces `<run dir>/plots/reward.png`, `heldout.png` (pass rates shaded with their 95%
+intervals) and `staleness.png`. Uses matplotlib
 (the `ml` extra) without a display; without matplotlib it draws nothing and says so once.
 """
 
@@ -72,7 +73,12 @@ def draw(run_dir: Path) -> list[Path]:
         for label, rows, column in lines:
             xs, ys = series(rows, "step", column)
             if xs:
-                ax.plot(xs, ys, marker="o", markersize=3, label=label)
+                line, = ax.plot(xs, ys, marker="o", markersize=3, label=label)
+                band = [r for r in rows if {"step", f"{column}_low", f"{column}_high"} <= set(r)]
+                if band:  # the 95% interval eval.csv carries beside a pass rate
+                    ax.fill_between([r["step"] for r in band], [r[f"{column}_low"] for r in band],
+                                    [r[f"{column}_high"] for r in band], alpha=0.15,
+                                    color=line.get_color())
         ax.set_title(title)
         ax.set_xlabel("learner step")
         ax.grid(alpha=0.3)

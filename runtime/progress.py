@@ -1,9 +1,11 @@
 """The main job's progress: a live line on the terminal, CSV metrics and plots in the run dir.
 
-Consumes `learner.step_completed` and `evaluator.evaluated` events from the events stream
-(read-only replay, from the moment the stack is ready); produces
+Consumes `learner.step_completed` events from the events stream (read-only replay, from the
+moment the stack is ready) and the evaluator's typed round results (`EvalRound`, KV whet-run
+`evaluator.round.*`, those reported since then); produces
 - a progress bar on stderr (one plain line per step when stderr is not a terminal) with
-  step, policy version, mean reward, pass rate, staleness and the latest held-out pass rate;
+  step, policy version, mean reward, pass rate, staleness and the latest held-out pass rate
+  with its interval and its paired change since version 0 (`runtime.render_round`);
 - `<run dir>/metrics/train.csv` and `eval.csv`, one row per learner step / evaluated version,
   each stamped with wall seconds and CPU seconds of the whole stack since start;
 - `<run dir>/plots/*.png` (reward, held-out pass rate, staleness against steps), redrawn as
@@ -25,9 +27,10 @@ import anyio
 import structlog
 
 from bus import subjects
-from bus.messages import Event
+from bus.messages import EvalRound, Event
 from bus.nats_bus import Bus
 from runtime.config import RunConfig
+from runtime.render_round import EVAL_COLUMNS, eval_row, round_brief
 from runtime.rundir import RunDir
 
 log = structlog.get_logger("runtime.progress")
@@ -35,8 +38,6 @@ log = structlog.get_logger("runtime.progress")
 TRAIN_COLUMNS = ["step", "policy_version", "samples_total", "mean_reward", "pass_rate",
                  "staleness_mean", "staleness_max", "stale_rejected", "step_s", "idle_frac",
                  "held_for_eval_s", "loss", "kl", "clip_frac", "wall_s", "cpu_s"]
-EVAL_COLUMNS = ["policy_version", "round", "step", "overall", "reward", "trained", "transfer",
-                "attempts", "complete", "wall_s", "cpu_s"]
 
 
 class CsvLog:
@@ -69,10 +70,6 @@ def stack_cpu_seconds(child_pids: list[int]) -> float:
     return round(total, 1)
 
 
-def mean_of(values: dict[str, float] | None) -> float | None:
-    return round(sum(values.values()) / len(values), 4) if values else None
-
-
 class Progress:
     """Turns events into CSV rows, a terminal line and plots; decides when to stop."""
 
@@ -82,7 +79,8 @@ class Progress:
         self.train = CsvLog(run_dir.path / "metrics" / "train.csv", TRAIN_COLUMNS)
         self.eval = CsvLog(run_dir.path / "metrics" / "eval.csv", EVAL_COLUMNS)
         self.step = 0
-        self.heldout: float | None = None
+        self.heldout: EvalRound | None = None
+        self.rounds: set[tuple[int, int]] = set()
         self.last_round = -1
         self.last: dict[str, Any] = {}
 
@@ -96,16 +94,15 @@ class Progress:
         self.train.append(row)
         self.last = row
 
-    def on_eval(self, fields: dict[str, Any]) -> None:
-        self.heldout = fields.get("overall")
-        if isinstance(fields.get("round"), int):
-            self.last_round = max(self.last_round, fields["round"])
-        attempts = fields.get("attempts")
-        if isinstance(attempts, dict):
-            attempts = sum(attempts.values())
-        self.eval.append({**fields, "step": self.step, "trained": mean_of(fields.get("trained")),
-                          "transfer": mean_of(fields.get("transfer")), "attempts": attempts,
-                          **self.stamp()})
+    def on_round(self, result: EvalRound) -> bool:
+        """Record a round's result; False for one recorded before (a renewed watch)."""
+        if (result.round, result.version) in self.rounds:
+            return False
+        self.rounds.add((result.round, result.version))
+        self.heldout = result
+        self.last_round = max(self.last_round, result.round)
+        self.eval.append({**eval_row(result), "step": self.step, **self.stamp()})
+        return True
 
     def line(self) -> str:
         r = self.last
@@ -114,11 +111,10 @@ class Progress:
             value = r.get(key)
             return "-" if value is None else fmt.format(value)
 
-        held = "-" if self.heldout is None else f"{self.heldout:.3f}"
         total = self.cfg.training.max_steps or "∞"
         return (f"step {self.step}/{total}  version {f('policy_version', '{}')}  "
                 f"reward {f('mean_reward')}  pass {f('pass_rate')}  "
-                f"staleness {f('staleness_mean', '{:.2f}')}  held-out {held}  "
+                f"staleness {f('staleness_mean', '{:.2f}')}  {round_brief(self.heldout)}  "
                 f"samples {f('samples_total', '{}')}  cpu {f('cpu_s', '{:.0f}')}s")
 
     @property
@@ -152,6 +148,16 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
                     log.info("training.finished", steps=progress.step, **progress.stamp())
                     bus.stopping.set()
 
+    async def rounds() -> None:
+        async for result in bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVAL_ROUNDS,
+                                         EvalRound):
+            if result.reported_at >= since and progress.on_round(result):
+                show.update(progress.line())
+                redraw.set()
+                if progress.done:
+                    log.info("training.finished", steps=progress.step, **progress.stamp())
+                    bus.stopping.set()
+
     async def plot() -> None:
         from runtime.plots import draw
 
@@ -165,7 +171,7 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(read, "learner", "learner.step_completed", progress.on_step)
-            tg.start_soon(read, "evaluator", "evaluator.evaluated", progress.on_eval)
+            tg.start_soon(rounds)
             tg.start_soon(plot)
     finally:
         show.close()
