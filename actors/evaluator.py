@@ -4,19 +4,25 @@ Consumes the policy version (KV whet-policy `current`; 0 before the learner publ
 configured environments' held-out tasks (gated at intake), eval verdicts (its own durable
 consumer on `whet.v1.verdicts.eval`) and train verdicts (durable `evaluator-train`, for the
 mean training reward by policy version). For every `every_versions`-th version it publishes
-a round: each chosen held-out task once, as `TaskAssignment(purpose="eval", group_size=1)`
-on `whet.v1.tasks`, with ids derived from the round, so a restart re-publishes nothing new.
+a round: each chosen held-out task once, as `TaskAssignment(purpose="eval",
+group_size=samples_per_task)` on `whet.v1.tasks`, with ids derived from the round, so a
+restart re-publishes nothing new.
 
-Produces, per policy version of the attempts, an `evaluator.evaluated` event (fields
-`version`, `round`, `overall`, `complete`, `pass_rates` and mean `rewards` by domain, `reward`,
-`trained`, `transfer` (domains the mix does not train on), `attempts`, `train_reward`; the
-monitor and `whet` progress read them); heartbeat gauges `heldout.<domain>` and the
-progress of the intake gates and of the newest round (`bus.gauges`); the newest
-reported round in its KV state (`last_reported`: with `evaluator.hold_learner` the learner
-publishes nothing past an evaluated version until then, so a round measures one version);
-and an `evaluator.divergence_detected` warning when the training reward rises while the
-held-out pass rate does not. It does NOT score attempts (the judge does) and never
-publishes training work.
+Produces, per policy version of the attempts in a round:
+- an `EvalRound` in KV whet-run (`evaluator.round.<round>.<version>`): pass@1 overall, on the
+  trained domains, on the transfer domains (those the mix never trains on) and per domain,
+  each with its 95% interval and its paired comparison with the baseline (the first version
+  evaluated, normally 0: tasks gained, lost, p-value), and every task's outcome. Progress,
+  the monitor and `whet status` read these; the statistics are `envs.stats`'s;
+- an `evaluator.evaluated` event with the same numbers, for people and `whet tail`;
+- heartbeat gauges `heldout.<domain>`, and the progress of the intake gates and of the
+  newest round (`bus.gauges`);
+- in its KV state, the baseline's task outcomes, the newest result's key and `last_reported`
+  (written after the results: with `evaluator.hold_learner` the learner publishes nothing
+  past an evaluated version until then, so a round measures one version);
+- an `evaluator.divergence_detected` warning when the training reward rises while the
+  held-out pass rate does not.
+It does NOT score attempts (the judge does) and never publishes training work.
 """
 
 from __future__ import annotations
@@ -28,10 +34,10 @@ import structlog
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
-from bus.messages import EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
+from bus.messages import EvalRound, EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
-from envs.evaluation import (Round, pick_heldout, reward_without_heldout_gain, round_assignment_id,
-                             round_of)
+from envs.evaluation import (Round, pick_heldout, point_of, reward_without_heldout_gain,
+                             round_assignment_id, round_of)
 from envs.intake import KvGateCache, collect, gate_many
 from runtime.config import RunConfig
 
@@ -51,6 +57,7 @@ class Evaluator:
         self.rewards: dict[int, dict[str, float]] = {}
         "Training reward by policy version, by verdict id (a redelivery counts once)."
         self.trained = {d for d, w in config.envs.mix.items() if w > 0}
+        self.k = config.evaluator.samples_per_task
         self.prefix = subjects.token(bus.identity.run_id or "run")
 
     async def load(self) -> None:
@@ -99,12 +106,13 @@ class Evaluator:
         items = []
         for i, task in enumerate(self.heldout):
             aid = round_assignment_id(self.prefix, version, i)
-            items.append((aid, TaskAssignment(assignment_id=aid, task=task, group_size=1,
+            items.append((aid, TaskAssignment(assignment_id=aid, task=task, group_size=self.k,
                                               admitted_version=version, purpose="eval",
                                               created_at=time.time())))
-        self.rounds[version] = Round(version, len(items), time.monotonic())
+        self.rounds[version] = Round(version, len(items) * self.k, time.monotonic())
         self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(version),
-                                      gauges.ROUND_SIZE: float(len(items)), gauges.ROUND_JUDGED: 0.0})
+                                      gauges.ROUND_SIZE: float(len(items) * self.k),
+                                      gauges.ROUND_JUDGED: 0.0})
         new = await self.bus.publish_many(subjects.TASKS, items)
         self.state.last_round = version
         await self.save()
@@ -120,7 +128,7 @@ class Evaluator:
         if cut > self.state.last_reported and cut not in self.rounds:
             # A round cut short by a restart: its verdicts not yet seen are redelivered, and
             # it reports what it has after round_timeout_s at the latest.
-            self.rounds[cut] = Round(cut, len(self.heldout), time.monotonic())
+            self.rounds[cut] = Round(cut, len(self.heldout) * self.k, time.monotonic())
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             v = current.version
@@ -134,9 +142,11 @@ class Evaluator:
         rnd = self.rounds.get(version)
         if rnd is None:  # a round from before a restart: its expected size is the same set
             await self.ready.wait()
-            rnd = self.rounds[version] = Round(version, len(self.heldout), time.monotonic())
-        if not rnd.add(verdict.attempt.attempt_id, verdict.attempt.policy_version,
-                       verdict.attempt.task.domain, verdict.outcome, verdict.reward):
+            rnd = self.rounds[version] = Round(version, len(self.heldout) * self.k,
+                                              time.monotonic())
+        attempt = verdict.attempt
+        if not rnd.add(attempt.attempt_id, attempt.policy_version, attempt.task.task_id,
+                       attempt.task.domain, verdict.outcome, verdict.reward):
             log.info("evaluator.duplicate_skipped", attempt_id=verdict.attempt.attempt_id)
             return
         if version == self.bus.stats.gauges.get(gauges.ROUND_VERSION):
@@ -159,31 +169,47 @@ class Evaluator:
 
     async def report(self, rnd: Round) -> None:
         self.reported.add(rnd.version)
+        rewards = {v: sum(r.values()) / len(r) for v, r in self.rewards.items() if r}
+        for version in sorted(rnd.by_version):
+            if self.state.baseline_version < 0:  # the first version evaluated: normally 0
+                self.state.baseline_version = version
+                self.state.baseline = rnd.outcomes(version)
+            result = rnd.result(version, trained=self.trained, baseline=self.state.baseline,
+                                baseline_version=self.state.baseline_version,
+                                samples_per_task=self.k, train_reward=rewards.get(version),
+                                now=time.time())
+            key = subjects.eval_round_key(rnd.version, version)
+            await self.bus.kv_put(subjects.BUCKET_RUN, key, result)
+            self.state.latest_key = key
+            self.announce(result)
         self.state.last_reported = max(self.state.last_reported, rnd.version)
         self.bus.stats.gauges[gauges.ROUND_REPORTED] = float(self.state.last_reported)
-        rewards = {v: sum(r.values()) / len(r) for v, r in self.rewards.items() if r}
-        for point in rnd.points(rewards):
-            self.state.history = (self.state.history + [point])[-HISTORY:]
-            trained = {d: r for d, r in point.pass_rates.items() if d in self.trained}
-            transfer = {d: r for d, r in point.pass_rates.items() if d not in self.trained}
-            log.info("evaluator.evaluated", version=point.version, policy_version=point.version,
-                     round=rnd.version,
-                     pass_rates=point.pass_rates, attempts=point.attempts, overall=point.overall,
-                     rewards=point.rewards, reward=point.reward,
-                     trained=trained, transfer=transfer, train_reward=point.train_reward,
-                     complete=point.complete, dropped=rnd.dropped)
-            self.bus.stats.gauges.update({f"heldout.{d}": r for d, r in point.pass_rates.items()})
-            self.bus.stats.policy_version = max(self.bus.stats.policy_version, point.version)
-            cfg = self.config.evaluator
-            why = reward_without_heldout_gain(self.state.history, window=cfg.window,
-                                              reward_rise=cfg.reward_rise,
-                                              tolerance=cfg.heldout_tolerance)
-            if why:
-                log.warning("evaluator.divergence_detected", policy_version=point.version,
-                            reason=why)
         self.bus.stats.processed += 1
         await self.save()
 
+    def announce(self, result: EvalRound) -> None:
+        """The event for people, the gauges, and the divergence check."""
+        point = point_of(result)
+        self.state.history = (self.state.history + [point])[-HISTORY:]
+        o = result.overall
+        log.info("evaluator.evaluated", version=point.version, policy_version=point.version,
+                 round=result.round, pass_rates=point.pass_rates, attempts=point.attempts,
+                 overall=point.overall, low=round(o.low, 4), high=round(o.high, 4),
+                 baseline_version=result.baseline_version, paired=o.paired, gained=o.gained,
+                 lost=o.lost, p_value=round(o.p_value, 4), rewards=point.rewards,
+                 reward=point.reward,
+                 trained={d: r for d, r in point.pass_rates.items() if d in self.trained},
+                 transfer={d: r for d, r in point.pass_rates.items() if d not in self.trained},
+                 train_reward=point.train_reward, complete=point.complete,
+                 dropped=result.dropped, samples_per_task=result.samples_per_task)
+        self.bus.stats.gauges.update({f"heldout.{d}": r for d, r in point.pass_rates.items()})
+        self.bus.stats.policy_version = max(self.bus.stats.policy_version, point.version)
+        cfg = self.config.evaluator
+        why = reward_without_heldout_gain(self.state.history, window=cfg.window,
+                                          reward_rise=cfg.reward_rise,
+                                          tolerance=cfg.heldout_tolerance)
+        if why:
+            log.warning("evaluator.divergence_detected", policy_version=point.version, reason=why)
 
 async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     """The evaluator actor (one instance per run)."""

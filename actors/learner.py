@@ -273,6 +273,7 @@ class Learner:
             samples=len(batch.samples), samples_total=self.samples,
             mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
             pass_rate=round(batch.passed / len(rewards), 4) if rewards else None,
+            hacks=batch.hacks,
             staleness_mean=round(sum(batch.staleness) / len(batch.staleness), 3) if batch.staleness else None,
             staleness_max=max(batch.staleness, default=None), stale_rejected=batch.stale,
             dropped=batch.dropped, no_signal=batch.no_signal, duplicates=self.duplicates,

@@ -6,10 +6,9 @@ Consumes
 - the policy pointer (KV whet-policy `current`), for version lag;
 - heartbeats (KV whet-actors), for the gauges of `bus.gauges.THROUGHPUT`;
 - stream and consumer state, for queue depths and redeliveries;
-- the evaluator's `evaluator.evaluated` events from the events stream. Fields read:
-  `overall` (float, held-out pass rate over every held-out attempt of the round; required),
-  `version` (int, the policy version evaluated) and `complete` (bool; a round marked
-  incomplete is skipped). Other fields are ignored.
+- the evaluator's typed round results (`EvalRound`, KV whet-run `evaluator.round.*`):
+  `overall.rate`, `version` and `reported_at` of each complete round feed the held-out
+  series of the reward-versus-held-out alert (an incomplete round is skipped).
 
 Publishes
 - a `Trial` per verdict on `whet.v1.trials.<run>.<trial>` (msg id from the verdict id, and
@@ -33,7 +32,7 @@ import structlog
 
 from bus import subjects
 from bus.consumer import Delivery, consume
-from bus.messages import Event, Heartbeat, MetricsSnapshot, Verdict, WeightVersion
+from bus.messages import EvalRound, Heartbeat, MetricsSnapshot, Verdict, WeightVersion
 from bus.nats_bus import Bus
 from monitoring import metrics, prometheus, trials
 from monitoring.alerts import AlertBook, HeldoutSeries, check_alerts
@@ -42,7 +41,6 @@ from monitoring.snapshot import Window, build_snapshot
 from runtime.config import RunConfig
 
 log = structlog.get_logger("monitor")
-_EVALUATED = "evaluator.evaluated"
 
 
 class Monitor:
@@ -80,20 +78,17 @@ class Monitor:
     async def follow_evaluator(self) -> None:
         while True:
             try:
-                async for _, event, _ in self.bus.replay(
-                        subjects.STREAM_EVENTS, subjects.event_filter("evaluator"), Event):
-                    if event is not None and event.event == _EVALUATED:
-                        self.take_evaluation(event)
-            except Exception as exc:  # noqa: BLE001 - a restarted server drops the replay: renew it
-                log.warning("monitor.events_follow_failed", error=repr(exc))
+                async for result in self.bus.kv_watch(subjects.BUCKET_RUN,
+                                                      subjects.KEY_EVAL_ROUNDS, EvalRound):
+                    self.take_evaluation(result)
+            except Exception as exc:  # noqa: BLE001 - a restarted server ends the watch: renew it
+                log.warning("monitor.rounds_follow_failed", error=repr(exc))
                 await anyio.sleep(1.0)
 
-    def take_evaluation(self, event: Event) -> None:
-        overall = event.fields.get("overall")
-        if not isinstance(overall, (int, float)) or event.fields.get("complete") is False:
-            return
-        version = event.fields.get("version")
-        self.heldout.add(event.ts, version if isinstance(version, int) else -1, float(overall))
+    def take_evaluation(self, result: EvalRound) -> None:
+        """A complete round joins the held-out series (a renewed watch repeats it: ignored)."""
+        if result.complete:
+            self.heldout.add(result.reported_at, result.version, result.overall.rate)
 
     async def snapshot(self) -> MetricsSnapshot:
         """Compute a snapshot, raise or clear alerts, and publish it to KV."""

@@ -484,8 +484,83 @@ class EvalPoint(Part):
     "False when the round timed out before every verdict arrived."
 
 
+class TaskOutcome(Part):
+    """The attempts at one held-out task in one round."""
+
+    domain: str
+    "Task domain."
+    passed: int = 0
+    "Attempts that passed."
+    judged: int = 0
+    "Attempts judged (dropped ones left out)."
+
+
+class HeldoutScore(Part):
+    """Held-out pass rate of a set of tasks in one round, with its 95% interval and its change
+    since the baseline version on the tasks both judged (`envs.stats` says how)."""
+
+    rate: float = 0.0
+    "pass@1: the mean over tasks of attempts passed / attempts judged."
+    low: float = 0.0
+    "Lower end of the 95% Wilson interval, the task as the unit."
+    high: float = 1.0
+    "Upper end of that interval."
+    tasks: int = 0
+    "Tasks with at least one judged attempt."
+    attempts: int = 0
+    "Attempts judged."
+    paired: int = 0
+    "Tasks judged both here and at the baseline version."
+    gained: int = 0
+    "Paired tasks whose pass rate rose since the baseline (failed then, pass now, at k = 1)."
+    lost: int = 0
+    "Paired tasks whose pass rate fell since the baseline."
+    p_value: float = 1.0
+    "Exact two-sided sign test of gained against lost (McNemar's at k = 1); 1 with neither."
+    delta: float = 0.0
+    "Mean change of the per-task pass rate over the paired tasks."
+
+
+class EvalRound(Message, tag="whet.eval_round.v1"):
+    """Evaluator to progress, the monitor and `whet status`, through KV whet-run
+    (`evaluator.round.<round>.<version>`, see `bus.subjects.eval_round_key`): the held-out
+    result of one policy version in one round, written once when the round is reported."""
+
+    round: int
+    "Policy version the round was published for."
+    version: int
+    "Policy version of these attempts (the round's own when the learner holds for eval)."
+    overall: HeldoutScore
+    "Every held-out task."
+    trained: HeldoutScore | None = None
+    "Tasks of the domains the mix trains on: where learning should show (None if none)."
+    transfer: HeldoutScore | None = None
+    "Tasks of the domains the mix never trains on: transfer (None if none)."
+    domains: dict[str, HeldoutScore] = {}
+    "Each domain."
+    baseline_version: int = -1
+    "Policy version the paired comparisons are made against (the first evaluated: 0)."
+    samples_per_task: int = 1
+    "Attempts sampled per task (k)."
+    reward: float | None = None
+    "Mean judge reward over every held-out attempt judged."
+    rewards: dict[str, float] = {}
+    "Mean judge reward by domain."
+    train_reward: float | None = None
+    "Mean training reward of attempts sampled by this version, if any were judged."
+    complete: bool = True
+    "False when the round timed out before every verdict arrived."
+    dropped: int = 0
+    "Attempts of the round the judge dropped (infrastructure)."
+    tasks: dict[str, TaskOutcome] = {}
+    "Every task's attempts, by task id: what the paired comparisons are computed from."
+    reported_at: float = 0.0
+    "Unix time the round was reported."
+
+
 class EvaluatorState(Message, tag="whet.evaluator_state.v1"):
-    """Evaluator to itself across restarts (KV whet-run `evaluator.state`)."""
+    """Evaluator to itself across restarts (KV whet-run `evaluator.state`); the learner's
+    hold reads `last_reported`, `whet status` reads `latest_key`."""
 
     last_round: int = -1
     "Policy version of the last round published."
@@ -493,6 +568,12 @@ class EvaluatorState(Message, tag="whet.evaluator_state.v1"):
     "Policy version of the newest round reported (the learner's hold waits for it)."
     history: list[EvalPoint] = []
     "Recent evaluations, oldest first."
+    baseline_version: int = -1
+    "Policy version of the first evaluation (normally 0), which every later one is paired with."
+    baseline: dict[str, TaskOutcome] = {}
+    "That evaluation's task outcomes, by task id."
+    latest_key: str = ""
+    "whet-run key of the newest `EvalRound` ('' before the first)."
 
 
 # --- monitoring and traces -----------------------------------------------------------------
@@ -628,6 +709,7 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     DeadLetter,
     SamplerState,
     EvaluatorState,
+    EvalRound,
     Trial,
     MetricsSnapshot,
 )

@@ -54,6 +54,8 @@ KEY_EVALUATOR_STATE = "evaluator.state"
 "whet-run: the evaluator's last round and history (`EvaluatorState`)."
 KEY_METRICS = "monitor.metrics"
 "whet-run: the monitor's latest `MetricsSnapshot`."
+KEY_EVAL_ROUNDS = "evaluator.round.>"
+"whet-run: every `EvalRound` (a pattern, for watching them all; see `eval_round_key`)."
 
 _TOKEN_OK = re.compile(r"[^a-z0-9_-]")
 
@@ -153,6 +155,12 @@ FAILING_PREFIX = "supervisor.failing."
 def failing_key(kind: str) -> str:
     """whet-run key of a kind's `ActorFailure`."""
     return f"{FAILING_PREFIX}{token(kind)}"
+
+
+def eval_round_key(round_version: int, version: int) -> str:
+    """whet-run key of the held-out result of policy `version` in the round for
+    `round_version`; zero-padded, so keys sort in round order."""
+    return f"evaluator.round.{round_version:06d}.{version:06d}"
 
 
 def scale_key(kind: str) -> str:

@@ -115,6 +115,11 @@ class EvaluatorConfig(Section):
     "Evaluate every N-th policy version (version 0, the initial weights, included)."
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40
     "Held-out tasks per domain in each round (the same ones every round)."
+    samples_per_task: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    """Attempts per held-out task per round (k). Above 1 the pass rate is the unbiased pass@1
+    (the mean over tasks of passes / k), with less variance than one greedy attempt; they are
+    sampled with `[generator.eval_sampling]`, whose temperature must then be above 0 (k greedy
+    attempts would be one attempt k times)."""
     round_timeout_s: Positive = 3600.0
     "A round reports what it has after this long, marked incomplete."
     hold_learner: bool = True

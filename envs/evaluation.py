@@ -1,15 +1,20 @@
-"""Held-out evaluation arithmetic: rounds, pass rates by domain, and the overfitting alarm.
+"""Held-out evaluation arithmetic: rounds, pass rates with intervals, paired comparisons
+with the baseline version, and the overfitting alarm.
 
-Pure functions and small value classes. Consumes eval verdict outcomes (domain, policy
-version, passed) and the history of evaluations; produces `EvalPoint`s and the warning
-"training reward rises while held-out pass rate does not". It publishes nothing.
+Pure functions and small value classes. Consumes eval verdict outcomes (attempt id, policy
+version, task, domain, outcome, reward), the baseline's task outcomes and the history of
+evaluations; produces an `EvalRound` per policy version of a round (statistics from
+`envs.stats`), its short `EvalPoint`, and the warning "training reward rises while held-out
+pass rate does not". It publishes nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
-from bus.messages import EvalPoint, Task
+from bus.messages import EvalPoint, EvalRound, HeldoutScore, Task, TaskOutcome
+from envs.stats import estimate, paired_change
 
 
 def round_assignment_id(prefix: str, round_version: int, index: int) -> str:
@@ -38,26 +43,30 @@ def pick_heldout(tasks: list[Task], per_domain: int) -> dict[str, list[Task]]:
 
 
 @dataclass
-class Tally:
+class TaskCount:
+    """One task's attempts in a round, as they are counted."""
+
+    domain: str
     passed: int = 0
-    total: int = 0
+    judged: int = 0
     reward: float = 0.0
 
 
 @dataclass
 class Round:
-    """The verdicts of one round, keyed by the attempts' policy version and domain."""
+    """The verdicts of one round, keyed by the attempts' policy version and task."""
 
     version: int
     expected: int
     started_at: float
     received: int = 0
     dropped: int = 0
-    by_version: dict[int, dict[str, Tally]] = field(default_factory=dict)
+    by_version: dict[int, dict[str, TaskCount]] = field(default_factory=dict)
+    "Policy version -> task id -> that task's attempts."
     seen: set[str] = field(default_factory=set)
     "Attempt ids counted: a verdict delivered twice counts once."
 
-    def add(self, attempt_id: str, policy_version: int, domain: str, outcome: str,
+    def add(self, attempt_id: str, policy_version: int, task_id: str, domain: str, outcome: str,
             reward: float | None = None) -> bool:
         """Count one verdict; False (and nothing counted) if its attempt was counted."""
         if attempt_id in self.seen:
@@ -67,32 +76,72 @@ class Round:
         if outcome == "dropped" or reward is None:  # infrastructure: no evidence about the policy
             self.dropped += 1
             return True
-        tally = self.by_version.setdefault(policy_version, {}).setdefault(domain, Tally())
-        tally.total += 1
-        tally.passed += outcome == "pass"
-        tally.reward += reward
+        count = self.by_version.setdefault(policy_version, {}).setdefault(task_id, TaskCount(domain))
+        count.judged += 1
+        count.passed += outcome == "pass"
+        count.reward += reward
         return True
 
     @property
     def complete(self) -> bool:
         return self.received >= self.expected
 
-    def points(self, train_rewards: dict[int, float]) -> list[EvalPoint]:
-        """One evaluation per policy version that produced attempts in this round."""
-        out = []
-        for version in sorted(self.by_version):
-            tallies = self.by_version[version]
-            passed = sum(t.passed for t in tallies.values())
-            total = sum(t.total for t in tallies.values())
-            out.append(EvalPoint(
-                version=version,
-                pass_rates={d: t.passed / t.total for d, t in sorted(tallies.items()) if t.total},
-                attempts={d: t.total for d, t in sorted(tallies.items())},
-                overall=passed / total if total else 0.0,
-                rewards={d: t.reward / t.total for d, t in sorted(tallies.items()) if t.total},
-                reward=sum(t.reward for t in tallies.values()) / total if total else None,
-                train_reward=train_rewards.get(version), complete=self.complete))
-        return out
+    def outcomes(self, version: int) -> dict[str, TaskOutcome]:
+        """Task id -> outcome of policy `version`'s attempts in this round."""
+        return {t: TaskOutcome(domain=c.domain, passed=c.passed, judged=c.judged)
+                for t, c in sorted(self.by_version.get(version, {}).items())}
+
+    def result(self, version: int, *, trained: set[str], baseline: dict[str, TaskOutcome],
+               baseline_version: int, samples_per_task: int, train_reward: float | None,
+               now: float) -> EvalRound:
+        """The held-out result of policy `version`'s attempts in this round, each score
+        paired with `baseline` (task outcomes of `baseline_version`)."""
+        counts = self.by_version.get(version, {})
+        tasks = self.outcomes(version)
+        domains = sorted({c.domain for c in counts.values()})
+        judged = sum(c.judged for c in counts.values())
+
+        def mean_reward(domain: str | None) -> float | None:
+            cs = [c for c in counts.values() if domain is None or c.domain == domain]
+            n = sum(c.judged for c in cs)
+            return sum(c.reward for c in cs) / n if n else None
+
+        return EvalRound(
+            round=self.version, version=version,
+            overall=score(tasks, baseline) or HeldoutScore(),
+            trained=score(tasks, baseline, lambda d: d in trained),
+            transfer=score(tasks, baseline, lambda d: d not in trained),
+            domains={d: score(tasks, baseline, lambda x, d=d: x == d) for d in domains},
+            baseline_version=baseline_version, samples_per_task=samples_per_task,
+            reward=mean_reward(None) if judged else None,
+            rewards={d: r for d in domains if (r := mean_reward(d)) is not None},
+            train_reward=train_reward, complete=self.complete, dropped=self.dropped,
+            tasks=tasks, reported_at=now)
+
+
+def score(tasks: dict[str, TaskOutcome], baseline: dict[str, TaskOutcome],
+          domains: Callable[[str], bool] = lambda d: True) -> HeldoutScore | None:
+    """pass@1 with its interval, and the paired change since `baseline`, over the tasks whose
+    domain `domains` accepts (all by default); None if there are none."""
+    def counts(outcomes: dict[str, TaskOutcome]) -> dict[str, tuple[int, int]]:
+        return {t: (o.passed, o.judged) for t, o in outcomes.items() if domains(o.domain)}
+
+    now = counts(tasks)
+    if not now:
+        return None
+    e, p = estimate(now), paired_change(counts(baseline), now)
+    return HeldoutScore(rate=e.rate, low=e.low, high=e.high, tasks=e.tasks, attempts=e.attempts,
+                        paired=p.tasks, gained=p.gained, lost=p.lost, p_value=p.p_value,
+                        delta=p.delta)
+
+
+def point_of(result: EvalRound) -> EvalPoint:
+    """The short form of a result kept in the evaluator's history (the divergence check)."""
+    return EvalPoint(version=result.version,
+                     pass_rates={d: s.rate for d, s in result.domains.items()},
+                     attempts={d: s.attempts for d, s in result.domains.items()},
+                     overall=result.overall.rate, rewards=result.rewards, reward=result.reward,
+                     train_reward=result.train_reward, complete=result.complete)
 
 
 def reward_without_heldout_gain(history: list[EvalPoint], *, window: int, reward_rise: float,

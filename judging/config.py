@@ -35,12 +35,29 @@ class RewardConfig(Section):
     "Lowest total reward (clipped)."
     maximum: float = 1.0
     "Highest total reward (clipped)."
+    hack: float | None = None
+    ("Reward of an attempt flagged as a hack, replacing every other term; None is `minimum`. "
+     "It may not exceed the lowest reward an honest attempt can get (see `JudgeConfig`), so in "
+     "a group a hack never gets a higher advantage than an honest failure.")
 
     def __post_init__(self) -> None:
         if self.minimum >= self.maximum:
             raise ValueError(f"minimum ({self.minimum}) must be below maximum ({self.maximum})")
+        if self.hack is not None and not self.minimum <= self.hack < self.maximum:
+            raise ValueError(f"hack ({self.hack}) must lie in [minimum, maximum)")
         if self.visible + self.hidden + self.robustness <= 0:
             raise ValueError("visible, hidden and robustness weights cannot all be 0")
+
+    @property
+    def hack_reward(self) -> float:
+        """What a flagged hack scores."""
+        return self.minimum if self.hack is None else self.hack
+
+    def lowest_honest(self, max_turns: int) -> float:
+        """The lowest reward an attempt not flagged as a hack can get in `max_turns` turns:
+        code that does not compile (or passes nothing, if that is lower) on its last turn."""
+        worst = min(self.compile_error, 0.0) - self.turn_penalty * (max_turns - 1)
+        return min(max(worst, self.minimum), self.maximum)
 
 
 class JudgeConfig(Section):
@@ -54,3 +71,10 @@ class JudgeConfig(Section):
     "Most characters of feedback shown to the model for another turn."
     max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
     "Messages one judge instance holds at once, per input."
+
+    def __post_init__(self) -> None:
+        honest = self.reward.lowest_honest(self.max_turns)
+        if self.reward.hack_reward > honest:
+            raise ValueError(f"reward.hack ({self.reward.hack_reward}) must not exceed the lowest "
+                             f"reward an honest attempt can get ({honest}): a hack would then "
+                             "outrank an honest failure")

@@ -6,7 +6,7 @@ decisions is the point of this module:
 
 1. an infrastructure cause read from the job as a whole (sandbox failure, a job killed from
    outside, starvation) drops the attempt: no reward, whatever the tests said;
-2. hack signs zero it (`outcome="hack"`);
+2. hack signs give it the hack reward, the lowest there is (`outcome="hack"`);
 3. otherwise the first failed test names the model cause (an infrastructure cause found in
    a test, such as a starved call or a missing module, still drops it);
 4. it passes only when the structure layer and every counted test passed.

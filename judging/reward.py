@@ -9,7 +9,9 @@ component. The components always sum to the total:
   `robustness`; layers without tests are left out and the rest renormalized);
 - `format`: the format bonus, when the format was followed;
 - `turns`: minus `turn_penalty` per turn after the first;
-- `hack`: what cancels everything else for a flagged attempt (it scores 0);
+- `hack`: what brings a flagged attempt to the hack reward (`RewardConfig.hack_reward`, by
+  default the minimum), at or below anything an honest attempt can score: in a group a hack
+  never gets a higher advantage than an honest failure, a syntax error included;
 - `clip`: what clipping to [minimum, maximum] took off.
 
 Dropped attempts get no reward at all (None), decided by the caller. It runs nothing.
@@ -44,8 +46,8 @@ def compose(*, compiled: bool, format_ok: bool, layers: list[LayerResult], turns
     parts["turns"] = -weights.turn_penalty * max(turns - 1, 0)
     total = sum(parts.values())
     if hack:
-        parts["hack"] = -total
-        total = 0.0
+        parts["hack"] = weights.hack_reward - total
+        total = weights.hack_reward
     clipped = min(max(total, weights.minimum), weights.maximum)
     parts["clip"] = clipped - total
     return clipped, {k: round(v, 6) for k, v in parts.items()}

@@ -5,7 +5,7 @@ produces alert changes ('raised' / 'cleared') for the monitor to log as events. 
 raised when its condition starts, again at most every `cooldown_s` while it lasts (or if it
 comes back sooner), and cleared once when the condition ends. No I/O.
 
-Held-out pass rates come from the evaluator's `evaluator.evaluated` events (see
+Held-out pass rates come from the evaluator's typed round results (`EvalRound`, see
 `HeldoutSeries`); the reward signal is the training reward's mean over the current window
 against the previous one.
 """

@@ -23,8 +23,10 @@ class Band(Section):
 
 def _default_bands() -> dict[Rate, Band]:
     # A timeout spike is the classic sandbox outage; infra failures past a few percent mean
-    # executors or the engine are sick.
-    return {"timeout_rate": Band(high=0.3), "infra_failure_rate": Band(high=0.1)}
+    # executors or the engine are sick; hacks past a few percent mean the policy is learning
+    # to game the judge (each scores the lowest reward, but a detector can miss its cousins).
+    return {"timeout_rate": Band(high=0.3), "infra_failure_rate": Band(high=0.1),
+            "hack_rate": Band(high=0.05)}
 
 
 class MonitorConfig(Section):

@@ -51,6 +51,8 @@ class Assembled:
     "Every verdict id of the batch's groups: trained or not, none is looked at again."
     rewards: list[float] = field(default_factory=list)
     passed: int = 0
+    hacks: int = 0
+    "Members flagged as hacks (they carry the hack reward, the lowest there is)."
     staleness: list[int] = field(default_factory=list)
     left_out: dict[str, list[str]] = field(default_factory=dict)
     """Verdict ids consumed without training, by reason: 'dropped' (the judge dropped it, or
@@ -129,6 +131,7 @@ def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: b
                 continue
             out.rewards.append(reward)
             out.passed += verdict.outcome == "pass"
+            out.hacks += verdict.outcome == "hack"
             lag = version - verdict.attempt.policy_version
             if lag > max_staleness:
                 out.leave_out(verdict.verdict_id, "stale")

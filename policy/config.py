@@ -97,12 +97,17 @@ class LearnerConfig(Section):
     "Optimizer steps per batch; above 1 the batch is split and the clip acts against the proximal policy."
     clip_eps: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.2
     "PPO clip range of the policy ratio."
-    correction: Literal["truncated", "decoupled", "none"] = "truncated"
+    correction: Literal["truncated", "decoupled", "icepop", "none"] = "truncated"
     ("Off-policy correction. truncated: weight each token by min(pi_prox/pi_behav, is_clip). "
      "decoupled: weight by pi_prox/pi_behav and mask tokens whose weight exceeds is_clip. "
-     "none: clip the ratio against the behaviour policy directly.")
+     "icepop: weight by pi_prox/pi_behav and mask tokens whose weight lies outside "
+     "[mask_low, is_clip] (no gradient for extreme train/behaviour ratios, either way). "
+     "none: clip the ratio against the behaviour policy directly. The learner logs the share "
+     "of masked tokens as masked_frac.")
     is_clip: Annotated[float, msgspec.Meta(ge=1)] = 2.0
-    "Cap of the importance weight pi_prox/pi_behav."
+    "Cap of the importance weight pi_prox/pi_behav (the upper mask bound of decoupled and icepop)."
+    mask_low: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
+    "icepop: tokens whose pi_prox/pi_behav falls below this get no gradient."
     kl_coef: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     "Weight of the KL penalty to the initial (reference) policy; 0 skips the reference model."
     scale_rewards: bool = True

@@ -16,7 +16,13 @@ Corrections (`mode`):
   (truncated importance sampling);
 - "decoupled": surrogate clipped against prox, weighted by prox/behav, tokens whose weight
   exceeds `cap` masked out (decoupled PPO);
+- "icepop": surrogate clipped against prox, weighted by prox/behav, tokens whose weight lies
+  outside [`floor`, `cap`] masked out, on both sides (IcePop): a token the behaviour policy
+  found far likelier or far less likely than the trainer does gets no gradient at all;
 - "none": surrogate clipped against behav, no weight (plain off-policy PPO).
+
+A masked token has weight 0 and `kept` 0, so it adds nothing to the loss or the gradient but
+still counts in the token mean (the learner reports the masked share as `masked_frac`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from typing import Literal, Sequence
 
 import torch
 
-Correction = Literal["truncated", "decoupled", "none"]
+Correction = Literal["truncated", "decoupled", "icepop", "none"]
 
 
 def group_advantages(rewards: Sequence[float | None], scale: bool = True,
@@ -47,21 +53,26 @@ def group_advantages(rewards: Sequence[float | None], scale: bool = True,
 
 
 def importance_weights(prox: torch.Tensor, behav: torch.Tensor, mode: Correction,
-                       cap: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token (weight, keep): the off-policy weight pi_prox/pi_behav and which tokens count."""
+                       cap: float, floor: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token (weight, keep): the off-policy weight pi_prox/pi_behav and which tokens count.
+
+    `floor` is the lower end of the band icepop keeps; the other modes ignore it."""
     ones = torch.ones_like(prox)
     if mode == "none":
         return ones, ones
     weight = torch.exp(prox - behav)
     if mode == "truncated":
         return weight.clamp(max=cap), ones
-    keep = (weight <= cap).to(prox.dtype)
+    inside = weight <= cap
+    if mode == "icepop":
+        inside = inside & (weight >= floor)
+    keep = inside.to(prox.dtype)
     return weight * keep, keep
 
 
 def clipped_surrogate(logp: torch.Tensor, prox: torch.Tensor, behav: torch.Tensor,
                       advantages: torch.Tensor, mode: Correction, clip_eps: float,
-                      cap: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+                      cap: float, floor: float = 0.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token loss -min(r A, clip(r, 1-eps, 1+eps) A) * w, and per-token diagnostics.
 
     r = pi/pi_behav for mode "none", else pi/pi_prox; w from `importance_weights`.
@@ -71,7 +82,7 @@ def clipped_surrogate(logp: torch.Tensor, prox: torch.Tensor, behav: torch.Tenso
     clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps)
     plain, bounded = ratio * advantages, clipped * advantages
     surrogate = torch.minimum(plain, bounded)
-    weight, keep = importance_weights(prox.detach(), behav, mode, cap)
+    weight, keep = importance_weights(prox.detach(), behav, mode, cap, floor)
     loss = -surrogate * weight
     stats = {"ratio": ratio.detach(), "clipped": (bounded < plain).to(logp.dtype),
              "weight": weight, "kept": keep}

@@ -157,12 +157,13 @@ class Trainer:
         logp = self._logprobs(self.engine, batch)
         prox = logp.detach() if prox is None else prox
         per_token, diag = clipped_surrogate(logp, prox, batch["behav"], batch["advantages"],
-                                            self.lc.correction, self.lc.clip_eps, self.lc.is_clip)
+                                            self.lc.correction, self.lc.clip_eps, self.lc.is_clip,
+                                            self.lc.mask_low)
         mask = batch["mask"]
         stats = {"tokens": float(mask.sum()),
                  "clip_frac": float((diag["clipped"] * mask).sum()),
                  "is_weight": float((diag["weight"] * mask).sum()),
-                 "kept_frac": float((diag["kept"] * mask).sum()),
+                 "masked_frac": float(((1.0 - diag["kept"]) * mask).sum()),
                  "behav_gap": float(((prox - batch["behav"]).abs() * mask).sum())}
         if self.reference is not None:
             with torch.no_grad():

@@ -193,6 +193,7 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
             what += f"; expected one of {_choices(key)}"
         raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
+    _check_eval_sampling(cfg, source)
     return cfg
 
 
@@ -237,6 +238,14 @@ def _check_kinds(cfg: RunConfig, source: str) -> None:
             role_of(kind, cfg.auth)
         except ValueError as exc:
             raise ConfigError(source, f"auth.roles.{kind}", str(exc)) from None
+
+
+def _check_eval_sampling(cfg: RunConfig, source: str) -> None:
+    k = cfg.evaluator.samples_per_task
+    if k > 1 and cfg.generator.eval_sampling.temperature == 0:
+        raise ConfigError(source, "generator.eval_sampling.temperature",
+                          f"evaluator.samples_per_task = {k} needs a temperature above 0: "
+                          "greedy decoding gives the same attempt every time")
 
 
 def _apply_env(cfg: RunConfig) -> RunConfig:

@@ -3,7 +3,8 @@
 Consumes `<run dir>/metrics/train.csv`, `eval.csv` and `progress.csv` (written by
 `runtime.progress`); produces `<run dir>/plots/progress.png` (tasks gated, attempts judged,
 held-out attempts and learner steps against wall minutes: there from the first minute),
-`reward.png`, `heldout.png` and `staleness.png` (against learner steps). Uses matplotlib
+`reward.png`, `heldout.png` (pass rates shaded with their 95% intervals) and `staleness.png`
+(against learner steps). Uses matplotlib
 (the `ml` extra) without a display; without matplotlib it draws nothing and says so once.
 """
 
@@ -83,7 +84,12 @@ def draw(run_dir: Path) -> list[Path]:
         for label, rows, column in lines:
             xs, ys = series(rows, x, column)
             if xs:
-                ax.plot(xs, ys, marker="o", markersize=3, label=label)
+                line, = ax.plot(xs, ys, marker="o", markersize=3, label=label)
+                band = [r for r in rows if {"step", f"{column}_low", f"{column}_high"} <= set(r)]
+                if band:  # the 95% interval eval.csv carries beside a pass rate
+                    ax.fill_between([r["step"] for r in band], [r[f"{column}_low"] for r in band],
+                                    [r[f"{column}_high"] for r in band], alpha=0.15,
+                                    color=line.get_color())
         ax.set_title(title)
         ax.set_xlabel("wall minutes" if x == "wall_min" else "learner step")
         if x == "wall_min":

@@ -1,11 +1,13 @@
 """The stack's progress: a live line on the terminal, CSV metrics and plots in the run dir.
 
 Consumes the actors' heartbeats (KV whet-actors: their progress gauges, every second on a
-terminal) and, with a learner, `learner.step_completed` and `evaluator.evaluated` events
-(read-only replay, from the moment the stack is ready); produces
+terminal) and, with a learner, `learner.step_completed` events (read-only replay, from the
+moment the stack is ready) and the evaluator's typed round results (`EvalRound`, KV whet-run
+`evaluator.round.*`, those reported since then); produces
 - the live line (`runtime.liveline`) on stderr from the first second: what the stack is
-  doing (actors starting, gating n/N, the held-out round k/N, step s: k/batch attempts) and
-  the latest training figures; redrawn in place on a terminal, otherwise a plain line when
+  doing (actors starting, gating n/N, the held-out round k/N, step s: k/batch attempts), the
+  latest training figures and the latest held-out pass rate with its interval and its paired
+  change since version 0 (`runtime.render_round`); redrawn in place on a terminal, otherwise a plain line when
   it changes (at most every 30 s, at least every 5 minutes);
 - with a learner, `<run dir>/metrics/train.csv` and `eval.csv`, one row per learner step /
   evaluated version, and `progress.csv`, a row of the live counters every 30 s, each stamped
@@ -30,11 +32,12 @@ import anyio
 import structlog
 
 from bus import subjects
-from bus.messages import Event, Heartbeat
+from bus.messages import EvalRound, Event, Heartbeat
 from bus.nats_bus import Bus
 from runtime import liveline
 from runtime.config import RunConfig
 from runtime.plots import draw
+from runtime.render_round import EVAL_COLUMNS, eval_row, round_brief
 from runtime.rundir import RunDir
 from runtime.terminal import terminal
 
@@ -52,8 +55,6 @@ TRAIN_COLUMNS = ["step", "policy_version", "samples_total", "mean_reward", "pass
                  "staleness_mean", "staleness_max", "stale_rejected", "step_s", "idle_frac",
                  "held_for_eval_s", "loss", "kl", "clip_frac", "wall_s", "cpu_s"]
 PROGRESS_COLUMNS = ["wall_s", "cpu_s", *liveline.Counts().row()]
-EVAL_COLUMNS = ["policy_version", "round", "step", "overall", "reward", "trained", "transfer",
-                "attempts", "complete", "wall_s", "cpu_s"]
 
 
 class CsvLog:
@@ -86,10 +87,6 @@ def stack_cpu_seconds(child_pids: list[int]) -> float:
     return round(total, 1)
 
 
-def mean_of(values: dict[str, float] | None) -> float | None:
-    return round(sum(values.values()) / len(values), 4) if values else None
-
-
 class Progress:
     """Turns events into CSV rows, a terminal line and plots; decides when to stop."""
 
@@ -100,7 +97,8 @@ class Progress:
         self.eval = CsvLog(run_dir.path / "metrics" / "eval.csv", EVAL_COLUMNS)
         self.counts = CsvLog(run_dir.path / "metrics" / "progress.csv", PROGRESS_COLUMNS)
         self.step = 0
-        self.heldout: float | None = None
+        self.heldout: EvalRound | None = None
+        self.rounds: set[tuple[int, int]] = set()
         self.last_round = -1
         self.last: dict[str, Any] = {}
 
@@ -114,16 +112,15 @@ class Progress:
         self.train.append(row)
         self.last = row
 
-    def on_eval(self, fields: dict[str, Any]) -> None:
-        self.heldout = fields.get("overall")
-        if isinstance(fields.get("round"), int):
-            self.last_round = max(self.last_round, fields["round"])
-        attempts = fields.get("attempts")
-        if isinstance(attempts, dict):
-            attempts = sum(attempts.values())
-        self.eval.append({**fields, "step": self.step, "trained": mean_of(fields.get("trained")),
-                          "transfer": mean_of(fields.get("transfer")), "attempts": attempts,
-                          **self.stamp()})
+    def on_round(self, result: EvalRound) -> bool:
+        """Record a round's result; False for one recorded before (a renewed watch)."""
+        if (result.round, result.version) in self.rounds:
+            return False
+        self.rounds.add((result.round, result.version))
+        self.heldout = result
+        self.last_round = max(self.last_round, result.round)
+        self.eval.append({**eval_row(result), "step": self.step, **self.stamp()})
+        return True
 
     def on_counts(self, counts: liveline.Counts) -> None:
         """A row of metrics/progress.csv: what the stack has got through so far."""
@@ -142,7 +139,7 @@ class Progress:
             out.append(f"version {f('policy_version', '{}')} reward {f('mean_reward')} "
                        f"pass {f('pass_rate')} staleness {f('staleness_mean', '{:.2f}')}")
         if self.heldout is not None:
-            out.append(f"held-out {self.heldout:.3f}")
+            out.append(round_brief(self.heldout))
         return "  ".join(out)
 
     @property
@@ -200,6 +197,16 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
                 shown, shown_at = text.split("  ", 1)[-1], now
             await anyio.sleep(1.0 if term.tty else PLAIN_LINE_S)
 
+    async def rounds() -> None:
+        assert progress is not None
+        async for result in bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVAL_ROUNDS,
+                                         EvalRound):
+            if result.reported_at >= since and progress.on_round(result):
+                redraw.set()
+                if progress.done:
+                    log.info("training.finished", steps=progress.step, **progress.stamp())
+                    bus.stopping.set()
+
     async def plot() -> None:
         nonlocal redraw
         while True:
@@ -214,7 +221,7 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
             tg.start_soon(show)
             if progress is not None:
                 tg.start_soon(read, "learner", "learner.step_completed", progress.on_step)
-                tg.start_soon(read, "evaluator", "evaluator.evaluated", progress.on_eval)
+                tg.start_soon(rounds)
                 tg.start_soon(plot)
     finally:
         term.end_status()

@@ -62,6 +62,10 @@ def render_status(snap: StackStatus, console: Console | None = None, *,
         streams.add_row(s.stream, str(s.messages), s.consumer or "-", str(s.pending),
                         str(s.in_flight), str(s.redelivered))
     console.print(streams)
+    if snap.heldout is not None:
+        from runtime.render_round import round_line
+
+        console.print(f"held-out: {round_line(snap.heldout)}", highlight=False)
     if snap.metrics is not None:
         from runtime.render_metrics import render_metrics
 

@@ -2,7 +2,9 @@
 
 Consumes the actor registry (heartbeats in KV), stream and consumer state, the policy
 version, the dead-letter count, the monitor's latest `MetricsSnapshot` (KV, when a monitor
-runs) and the `ActorFailure`s of kinds whose crash loop stopped the stack; produces a `StackStatus` value, rendered as tables or JSON by the CLI. An
+runs), the evaluator's newest `EvalRound` (KV, when one was reported) and the
+`ActorFailure`s of kinds whose crash loop stopped the stack; produces a `StackStatus` value,
+rendered as tables or JSON by the CLI. An
 actor whose last beat is older than three of its intervals is shown as `dead`. It changes
 nothing.
 """
@@ -15,7 +17,7 @@ from dataclasses import asdict, dataclass, field, replace
 import msgspec
 
 from bus import subjects
-from bus.messages import ActorFailure, Heartbeat, MetricsSnapshot, WeightVersion
+from bus.messages import ActorFailure, EvalRound, EvaluatorState, Heartbeat, MetricsSnapshot, WeightVersion
 from bus.nats_bus import Bus
 
 WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
@@ -59,14 +61,17 @@ class StackStatus:
     "The monitor's latest snapshot, if a monitor runs."
     failing: list[ActorFailure] = field(default_factory=list)
     "Kinds whose crash loop stopped the stack, with the cause."
+    heldout: EvalRound | None = None
+    "The evaluator's newest round result, if one was reported."
 
     def live(self, kind: str) -> int:
         """Instances of `kind` that are beating and ready."""
         return sum(a.kind == kind and a.state == "ready" for a in self.actors)
 
     def as_dict(self) -> dict:
-        out = asdict(replace(self, metrics=None, failing=[]))
+        out = asdict(replace(self, metrics=None, failing=[], heldout=None))
         out["metrics"] = msgspec.to_builtins(self.metrics) if self.metrics else None
+        out["heldout"] = msgspec.to_builtins(self.heldout) if self.heldout else None
         out["failing"] = [failing_dict(f) for f in self.failing]
         return out
 
@@ -115,4 +120,13 @@ async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
     return StackStatus(actors=rows, streams=streams,
                        policy_version=policy.version if policy else -1,
                        dead_letters=dead_letters, at=now, metrics=metrics,
-                       failing=sorted(failing.values(), key=lambda f: f.kind))
+                       failing=sorted(failing.values(), key=lambda f: f.kind),
+                       heldout=await latest_round(bus))
+
+
+async def latest_round(bus: Bus) -> EvalRound | None:
+    """The evaluator's newest round result, found through its state's `latest_key`."""
+    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
+    if state is None or not state.latest_key:
+        return None
+    return await bus.kv_get(subjects.BUCKET_RUN, state.latest_key, EvalRound)

@@ -16,6 +16,8 @@ from runtime.config import load
     ("[envs.use.python_functions]\nchecks = ['vibes']\n", "envs.use.<key>.checks.0", "expected one of ['determinism', 'mutation']"),
     ("[envs.gates]\nmin_kill_rate = 2\n", "envs.gates.min_kill_rate", "<= 1.0"),
     ("[evaluator]\nevery_versions = 0\n", "evaluator.every_versions", ">= 1"),
+    ("[evaluator]\nsamples_per_task = 4\n", "generator.eval_sampling.temperature",
+     "samples_per_task = 4 needs a temperature above 0"),
 ])
 def test_bad_task_side_values_are_named(tmp_path, text, key, expectation):
     """Each mistake names the file, the key and what was expected."""
@@ -25,3 +27,11 @@ def test_bad_task_side_values_are_named(tmp_path, text, key, expectation):
         load(path)
     assert err.value.key == key and expectation in err.value.problem, str(err.value)
     assert str(path) in str(err.value)
+
+
+def test_k_samples_per_held_out_task_take_the_eval_sampling_temperature(tmp_path):
+    """samples_per_task = 4 with eval sampling at temperature 0.8 loads."""
+    path = tmp_path / "k.toml"
+    path.write_text("[evaluator]\nsamples_per_task = 4\n[generator.eval_sampling]\ntemperature = 0.8\n")
+    cfg = load(path)
+    assert (cfg.evaluator.samples_per_task, cfg.generator.eval_sampling.temperature) == (4, 0.8)

@@ -10,12 +10,14 @@ from __future__ import annotations
 import time
 
 import anyio
+import msgspec
+import pytest
 import structlog
 
 from actors import evaluator as evaluator_actor
 from bus import subjects
 from bus.consumer import consume
-from bus.messages import (Attempt, EvaluatorState, Event, TaskAssignment, Verdict,
+from bus.messages import (Attempt, EvalRound, EvaluatorState, Event, TaskAssignment, Verdict,
                           WeightVersion)
 from bus.nats_bus import Bus, Identity
 from envs.config import EnvEntry, EnvsConfig, EvaluatorConfig
@@ -30,8 +32,10 @@ CONFIG = RunConfig(
     evaluator=EvaluatorConfig(tasks_per_domain=5, window=2, reward_rise=0.1))
 "Python is held out entirely from training (mix 0): its pass rate measures transfer."
 
-PASSES = {"structured": 3, "python": 1}
-"Of each round's 5 tasks per domain, this many pass."
+PASSES = {0: {"structured": {1, 2, 3}, "python": {1}},
+          1: {"structured": {3, 4, 5}, "python": {1}}}
+"""Which of each round's 5 tasks per domain pass (1-based, in publishing order): version 1
+gains two structured tasks and loses two, so its pass rate stays flat."""
 
 
 async def _answer(bus: Bus, got: list[TaskAssignment], version: int) -> None:
@@ -41,7 +45,7 @@ async def _answer(bus: Bus, got: list[TaskAssignment], version: int) -> None:
         attempt = Attempt(attempt_id=f"{a.assignment_id}.0", group_id=a.assignment_id, index=0,
                           group_size=1, task=a.task, turns=[], policy_version=version,
                           purpose="eval")
-        ok = n <= PASSES[a.task.domain]
+        ok = n in PASSES[version][a.task.domain]
         v = Verdict(verdict_id=attempt.attempt_id, attempt=attempt,
                     outcome="pass" if ok else "fail", reward=float(ok), trainable=False)
         await bus.publish(subjects.verdict_subject("eval"), v, msg_id=v.verdict_id)
@@ -67,10 +71,25 @@ async def _events(bus: Bus, name: str, n: int) -> list[Event]:
     return found
 
 
+async def _round(bus: Bus, version: int) -> EvalRound:
+    with anyio.fail_after(30):  # the result is written before last_reported moves
+        while True:
+            state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                     EvaluatorState)
+            if state is not None and state.last_reported >= version:
+                break
+            await anyio.sleep(0.1)
+    assert state.latest_key == subjects.eval_round_key(version, version)
+    result = await bus.kv_get(subjects.BUCKET_RUN, state.latest_key, EvalRound)
+    assert result is not None
+    return result
+
+
 async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nats_server):
-    """Round 0 runs before any weights are published; each round's verdicts become an
-    `evaluator.evaluated` event keyed by the attempts' version; training reward rising with
-    flat held-out rates raises `evaluator.divergence_detected`."""
+    """Round 0 runs before any weights are published; each round's verdicts become a typed
+    `EvalRound` in KV (pass rates with Wilson intervals, paired with version 0 on the same
+    tasks) and an `evaluator.evaluated` event keyed by the attempts' version; training reward
+    rising with flat held-out rates raises `evaluator.divergence_detected`."""
     got: list[TaskAssignment] = []
 
     async def generator(a: TaskAssignment, delivery) -> None:
@@ -90,13 +109,7 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
             await anyio.sleep(0.5)
             await _answer(bus, got, 0)
             first = (await _events(bus, "evaluator.evaluated", 1))[0]
-            with anyio.fail_after(10):  # what a holding learner waits for
-                while True:
-                    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
-                                             EvaluatorState)
-                    if state is not None and state.last_reported == 0:
-                        break
-                    await anyio.sleep(0.1)
+            round0 = await _round(bus, 0)  # what a holding learner waits for
             await _train_rewards(bus, got[0].task, 1, 0.6)
             await anyio.sleep(0.5)
             await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
@@ -106,6 +119,7 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
                     await anyio.sleep(0.05)
             await _answer(bus, got[10:], 1)
             warning = (await _events(bus, "evaluator.divergence_detected", 1))[0]
+            round1 = await _round(bus, 1)
             ebus.stopping.set()
             bus.stopping.set()
             tg.cancel_scope.cancel()
@@ -125,3 +139,59 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     assert f["train_reward"] == 0.1
     assert warning.level == "warning" and warning.fields["policy_version"] == 1
     assert "rose +0.500" in warning.fields["reason"]
+    # Typed results: 4 of 10 pass, Wilson [0.1682, 0.6873]; round 0 is its own baseline.
+    assert (round0.round, round0.version, round0.baseline_version) == (0, 0, 0)
+    assert round0.overall.rate == 0.4 and round0.overall.tasks == 10
+    assert (round(round0.overall.low, 4), round(round0.overall.high, 4)) == (0.1682, 0.6873)
+    assert round0.trained.rate == 0.6 and round0.transfer.rate == 0.2
+    assert round0.train_reward == 0.1 and round0.complete and len(round0.tasks) == 10
+    # Version 1, paired with version 0 on the same 10 tasks: structured gained 2, lost 2.
+    assert round1.overall.rate == 0.4 and round1.baseline_version == 0
+    o, t = round1.overall, round1.trained
+    assert (o.paired, o.gained, o.lost, o.p_value, o.delta) == (10, 2, 2, 1.0, 0.0)
+    assert (t.paired, t.gained, t.lost) == (5, 2, 2) and round1.transfer.gained == 0
+    assert round1.domains["structured"].gained == 2 and round1.train_reward == 0.6
+    assert f["gained"] == f["lost"] == 0 and f["paired"] == 10 and f["low"] == 0.1682
+
+
+async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_at_1(bus, nats_server):
+    """With samples_per_task = 2 each held-out task is one assignment of 2 attempts; the round
+    completes at 2 verdicts per task (a redelivered one counted once) and reports pass@1 as
+    the mean of per-task rates: tasks at 2/2, 1/2, 0/2, ... give (1 + 0.5) / 10 here."""
+    cfg = msgspec.structs.replace(CONFIG, evaluator=msgspec.structs.replace(
+        CONFIG.evaluator, samples_per_task=2))
+    got: list[TaskAssignment] = []
+
+    async def generator(a: TaskAssignment, delivery) -> None:
+        got.append(a)
+
+    ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, generator))
+            await tg.start(evaluator_actor.run, ebus, cfg)
+            with anyio.fail_after(30):
+                while len(got) < 10:
+                    await anyio.sleep(0.05)
+            for n, a in enumerate(got):
+                for i in range(a.group_size):
+                    attempt = Attempt(attempt_id=f"{a.assignment_id}.{i}", group_id=a.assignment_id,
+                                      index=i, group_size=a.group_size, task=a.task, turns=[],
+                                      policy_version=0, purpose="eval")
+                    ok = (n == 0) or (n == 1 and i == 0)
+                    v = Verdict(verdict_id=attempt.attempt_id, attempt=attempt,
+                                outcome="pass" if ok else "fail", reward=float(ok), trainable=False)
+                    for copy in range(1 + (n == 0)):  # the first task's verdicts arrive twice
+                        await bus.publish(subjects.verdict_subject("eval"), v,
+                                          msg_id=f"{v.verdict_id}-{copy}")
+            result = await _round(bus, 0)
+            ebus.stopping.set()
+            bus.stopping.set()
+            tg.cancel_scope.cancel()
+    finally:
+        await ebus.close()
+    assert all(a.group_size == 2 for a in got) and len(got) == 10
+    assert result.samples_per_task == 2 and result.complete
+    assert (result.overall.tasks, result.overall.attempts) == (10, 20)
+    assert result.overall.rate == pytest.approx(0.15)
+    assert sorted((o.passed, o.judged) for o in result.tasks.values())[-2:] == [(1, 2), (2, 2)]

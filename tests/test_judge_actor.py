@@ -86,7 +86,7 @@ async def test_attempts_become_verdicts_with_every_field(bus, backend):
     assert set(got) == {a.attempt_id for a in batch}
     expect = {"g1.0": ("pass", "", 1.0), "g1.1": ("fail", "model.wrong_answer", None),
               "g1.2": ("fail", "model.syntax_error", -0.5), "g2.0": ("pass", "", 1.0),
-              "g1.3": ("hack", "hack.early_exit", 0.0), "e1.0": ("pass", "", 1.0)}
+              "g1.3": ("hack", "hack.early_exit", -1.0), "e1.0": ("pass", "", 1.0)}
     for aid, (outcome, cause, reward) in expect.items():
         subject, v = got[aid]
         assert (v.outcome, v.cause) == (outcome, cause), v.evidence

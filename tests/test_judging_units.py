@@ -73,7 +73,7 @@ def _layers(*ratios):
     (dict(compiled=True, format_ok=True, layers=_layers((2, 2), (3, 6), (0, 0)), turns=1, hack=False), 0.1 + 0.9 * 0.625),
     (dict(compiled=True, format_ok=False, layers=_layers((1, 2), (0, 6), (0, 10)), turns=3, hack=False), 0.9 * 0.1 - 0.1),
     (dict(compiled=False, format_ok=True, layers=[], turns=1, hack=False), -0.5),
-    (dict(compiled=True, format_ok=True, layers=_layers((2, 2), (6, 6), (10, 10)), turns=1, hack=True), 0.0),
+    (dict(compiled=True, format_ok=True, layers=_layers((2, 2), (6, 6), (10, 10)), turns=1, hack=True), -1.0),
 ])
 def test_reward_components_always_sum_to_the_total(kwargs, total):
     """Tests, format, turns, compile, hack and clip add up to the clipped total."""
@@ -87,6 +87,22 @@ def test_reward_is_clipped_to_the_configured_range():
     weights = RewardConfig(compile_error=-2.0, minimum=-1.0)
     reward, parts = compose(compiled=False, format_ok=False, layers=[], turns=1, hack=False, weights=weights)
     assert reward == -1.0 and parts["clip"] == 1.0
+
+
+def test_a_hack_reward_above_an_honest_failure_is_refused(tmp_path):
+    """hack = 0 is above a syntax error (-0.5); with 3 turns the floor of honesty is -0.6, so
+    hack = -0.55 is refused too; hack = -0.6 is accepted and scores exactly that."""
+    for body in ("[judge.reward]\nhack = 0.0\n", "[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.55\n"):
+        path = tmp_path / "bad.toml"
+        path.write_text(body)
+        with pytest.raises(ConfigError) as err:
+            load(path)
+        assert err.value.key == "judge" and "honest" in str(err.value)
+    path = tmp_path / "ok.toml"
+    path.write_text("[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.6\n")
+    weights = load(path).judge.reward
+    assert compose(compiled=True, format_ok=True, layers=[], turns=1, hack=True,
+                   weights=weights)[0] == pytest.approx(-0.6)
 
 
 def test_a_bad_judge_config_names_the_key(tmp_path):

@@ -298,4 +298,33 @@ async def test_trainer_minibatches_and_kl_to_the_reference(tmp_path):
     assert 0 <= first["kl"] < last["kl"] / 4
     assert first["tokens"] == 4 * 16 and first["clip_frac"] > 0
     # Behaviour logprobs are uniform's (-10.8); as the policy moves away, decoupled masks more.
-    assert 0 < last["kept_frac"] < first["kept_frac"] <= 1
+    assert 0 <= first["masked_frac"] < last["masked_frac"] < 1
+
+
+async def test_icepop_masks_tokens_the_behaviour_policy_found_far_likelier(tmp_path):
+    """The tiny model starts near uniform (logprob -10.8 per token). Half the tokens claim a
+    behaviour logprob of -8.8: their ratio e^-2 (0.14) is under mask_low 0.5, so they are
+    masked, and the step reports masked_frac 0.5; truncated masks none."""
+    import numpy as np
+
+    from policy.batch import TrainSample
+    from policy.ranks import RankGroup
+
+    behav = np.r_[np.zeros(8, np.float32), np.tile(np.float32([-10.8, -8.8]), 8)]
+    rng = np.random.default_rng(0)
+    samples = [TrainSample(f"v{i}", "g", 0, float(i % 2) * 2 - 1,
+                           rng.integers(3, 49152, 24).astype(np.int64),
+                           np.r_[np.zeros(8, bool), np.ones(16, bool)], behav)
+               for i in range(4)]
+    cfg = tiny_run_config(tmp_path)
+    masked = {}
+    for mode in ("icepop", "truncated"):
+        lc = msgspec.structs.replace(cfg.learner, correction=mode, mask_low=0.5, is_clip=2.0,
+                                     precision="fp32")
+        ranks = RankGroup(msgspec.structs.replace(cfg, learner=lc), tmp_path / mode)
+        await ranks.start()
+        try:
+            masked[mode] = (await ranks.call("train", samples))["masked_frac"]
+        finally:
+            await ranks.close()
+    assert masked == {"icepop": 0.5, "truncated": 0.0}

@@ -143,6 +143,20 @@ def test_check_alerts_needs_enough_samples():
     assert reward.name == REWARD_VS_HELDOUT and reward.change == "raised"
 
 
+def test_hack_rate_has_a_default_band():
+    """With the default bands, 2 hacks in 20 verdicts (10%) raise `hack_rate`; 1 (5%) does not."""
+    hacks = [P(0, "train", "hack", "hack.early_exit", reward=-1.0)] * 2
+    honest = [P(0, "train", "fail", "model.wrong_answer", reward=0.0)] * 18
+    cfg = MonitorConfig()
+    assert cfg.bands["hack_rate"].high == 0.05
+    for points, raised in ((hacks[:1] + honest + honest[:1], []), (hacks + honest, ["hack_rate"])):
+        rates = metrics.rates(points)
+        changes = check_alerts(AlertBook(cfg.cooldown_s), cfg, 0.0, rates=rates,
+                               verdicts=len(points), reward_delta=None, rewards_counted=0,
+                               heldout_delta=None)
+        assert [c.name for c in changes if c.change == "raised"] == raised
+
+
 def test_heldout_delta_compares_with_the_rate_one_window_back():
     series = HeldoutSeries()
     assert series.delta(100.0, 30.0) is None

@@ -17,9 +17,8 @@ import pyarrow.parquet as pq
 from prometheus_client.parser import text_string_to_metric_families
 
 from bus import subjects
-from bus.codec import encode
-from bus.messages import (Event, ExecutionResult, Heartbeat, MetricsSnapshot, Verdict,
-                          WeightVersion)
+from bus.messages import (EvalRound, EvaluatorState, ExecutionResult, HeldoutScore, Heartbeat,
+                          MetricsSnapshot, Verdict, WeightVersion)
 from tests.conftest import ROOT
 from tests.test_codec import samples
 from tests.test_runtime import wait_for
@@ -165,19 +164,21 @@ async def test_metrics_from_verdicts_reach_status_prometheus_and_alerts(bus, mak
 
 async def test_reward_rising_while_heldout_flat_raises_an_alert(bus, make_stack):
     """Training reward up a window on the one before while the evaluator's held-out pass rate
-    did not move: one `reward_rising_heldout_flat` alert."""
+    (its typed round results in KV; an incomplete round left out) did not move: one
+    `reward_rising_heldout_flat` alert."""
     stack = make_stack(monitor_config(0, window_s=20.0))
     stack.start()
     now = time.time()
     before = [verdict(i, "fail", cause="model.wrong_answer", reward=0.0, at=now - 30)
               for i in range(6)]
     after = [verdict(i, "pass", reward=1.0, at=now) for i in range(6, 12)]
-    for at, overall in ((now - 25, 0.40), (now - 1, 0.40)):
-        event = Event(ts=at, level="info", event="evaluator.evaluated", actor="evaluator",
-                      instance="evaluator-1", fields={"version": 3, "overall": overall,
-                                                      "pass_rates": {"python": overall}})
-        await bus.publish_core(subjects.event_subject("evaluator", "evaluator-1", "info"),
-                               encode(event))
+    for at, version in ((now - 25, 2), (now - 1, 3)):
+        result = EvalRound(round=version, version=version, overall=HeldoutScore(rate=0.40),
+                           reported_at=at)
+        await bus.kv_put(subjects.BUCKET_RUN, subjects.eval_round_key(version, version), result)
+    await bus.kv_put(subjects.BUCKET_RUN, subjects.eval_round_key(4, 4),  # cut short: ignored
+                     EvalRound(round=4, version=4, overall=HeldoutScore(rate=0.9),
+                               complete=False, reported_at=now))
     await publish_verdicts(bus, before + after)
     snap = await snapshot_with(bus, 12)
     assert snap.reward_drift["mean_delta"] == 1.0 and snap.reward_drift["ks"] == 1.0
@@ -190,6 +191,14 @@ async def test_reward_rising_while_heldout_flat_raises_an_alert(bus, make_stack)
     (alert,) = await wait_for(raised, 10, "alert event")
     assert alert["fields"]["alert"] == "reward_rising_heldout_flat"
     assert alert["fields"]["heldout_delta"] == 0.0 and alert["fields"]["reward_delta"] == 1.0
+
+    # `whet status` shows the round the evaluator's state names as its newest.
+    await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                     EvaluatorState(last_reported=3, latest_key=subjects.eval_round_key(3, 3)))
+    status = stack.whet("status")
+    assert "held-out: v3 (round 3); overall 0.400 [0.00, 1.00] on 0 tasks" in status.stdout
+    as_json = json.loads(stack.whet("status", "--json").stdout)
+    assert as_json["heldout"]["overall"]["rate"] == 0.4 and as_json["heldout"]["version"] == 3
 
 
 async def test_every_verdict_is_a_trial_that_trace_and_export_show(bus, make_stack, tmp_path):

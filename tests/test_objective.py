@@ -7,6 +7,9 @@ import math
 import pytest
 import torch
 
+from bus.messages import LayerResult
+from judging.config import RewardConfig
+from judging.reward import compose
 from policy.objective import (clipped_surrogate, group_advantages, importance_weights,
                               kl_to_reference, token_logprobs)
 
@@ -32,6 +35,31 @@ def test_uniform_or_lonely_groups_have_no_signal():
     assert group_advantages([None, 0.7, None]) == [None, 0.0, None]
 
 
+def _layers(*ratios):
+    names = ("visible", "hidden", "robustness")
+    return [LayerResult(name="structure", passed=3, total=3, ok=True)] + [
+        LayerResult(name=n, passed=p, total=t, ok=p == t) for n, (p, t) in zip(names, ratios)]
+
+
+def test_a_hack_in_a_group_gets_a_lower_advantage_than_an_honest_syntax_error():
+    """Hack (-1), syntax error (-0.5), pass (1), wrong answer (0.1): the hack's advantage is
+    the group's lowest, below the syntax error's, scaled or not."""
+    full = _layers((2, 2), (6, 6), (10, 10))
+    weights = RewardConfig()
+    hack, _ = compose(compiled=True, format_ok=True, layers=full, turns=1, hack=True, weights=weights)
+    syntax, _ = compose(compiled=False, format_ok=False, layers=[], turns=1, hack=False, weights=weights)
+    honest, _ = compose(compiled=True, format_ok=True, layers=full, turns=1, hack=False, weights=weights)
+    wrong, _ = compose(compiled=True, format_ok=True, layers=_layers((0, 2), (0, 6), (0, 10)),
+                       turns=1, hack=False, weights=weights)
+    assert (hack, syntax, honest, wrong) == (-1.0, -0.5, 1.0, pytest.approx(0.1))
+    for scale in (True, False):
+        adv = group_advantages([hack, syntax, honest, wrong], scale=scale)
+        assert adv[0] < adv[1] < 0 and adv[0] == min(adv)
+    # By hand, unscaled: mean (-1 - 0.5 + 1 + 0.1) / 4 = -0.1.
+    assert group_advantages([hack, syntax, honest, wrong], scale=False) == pytest.approx(
+        [-0.9, -0.4, 1.1, 0.2])
+
+
 def test_truncated_importance_weights_cap_at_the_clip():
     """prox/behav = e^0.5 (1.65) stays; e^1.5 (4.48) is cut to the cap 2."""
     prox = torch.tensor([0.0, 0.0, -1.0])
@@ -48,6 +76,32 @@ def test_decoupled_importance_weights_mask_above_the_clip():
     weight, keep = importance_weights(prox, behav, "decoupled", cap=2.0)
     assert weight.tolist() == pytest.approx([math.exp(0.5), 0.0])
     assert keep.tolist() == [1.0, 0.0]
+
+
+def test_icepop_masks_ratios_outside_the_band_on_both_sides():
+    """Band [0.5, 2]: e^-1 (0.37) and e^1 (2.72) are masked, e^-0.5 (0.61), 1 and e^0.5
+    (1.65) keep their weight; the masked share is 2/5."""
+    prox = torch.zeros(5)
+    behav = torch.tensor([1.0, 0.5, 0.0, -0.5, -1.0])
+    weight, keep = importance_weights(prox, behav, "icepop", cap=2.0, floor=0.5)
+    assert weight.tolist() == pytest.approx([0.0, math.exp(-0.5), 1.0, math.exp(0.5), 0.0])
+    assert keep.tolist() == [0.0, 1.0, 1.0, 1.0, 0.0]
+    assert (1 - keep).mean().item() == pytest.approx(0.4)
+    _, decoupled = importance_weights(prox, behav, "decoupled", cap=2.0, floor=0.5)
+    assert decoupled.tolist() == [1.0, 1.0, 1.0, 1.0, 0.0], "decoupled ignores the floor"
+
+
+def test_icepop_gives_masked_tokens_no_gradient_and_kept_ones_w_times_a():
+    """On-proximal, A = 1: the kept token (w = e^-0.5) has gradient -e^-0.5, the masked ones
+    (w = e^-1 below the floor, e^1 above the cap) exactly 0; `kept` marks which."""
+    logp = torch.tensor([-1.0, -1.0, -1.0], requires_grad=True)
+    behav = torch.tensor([0.0, -0.5, -2.0])
+    loss, stats = clipped_surrogate(logp, logp.detach(), behav, torch.ones(3), "icepop", 0.2,
+                                    cap=2.0, floor=0.5)
+    loss.sum().backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, -math.exp(-0.5), 0.0])
+    assert loss.tolist() == pytest.approx([0.0, -math.exp(-0.5), 0.0])
+    assert stats["kept"].tolist() == [0.0, 1.0, 0.0]
 
 
 def test_surrogate_clips_the_ratio_in_the_direction_of_the_advantage():
