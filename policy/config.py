@@ -38,7 +38,10 @@ class SamplingConfig(Section):
     max_new_tokens: Annotated[int, msgspec.Meta(ge=1, le=32768)] = 256
     "Most tokens sampled per turn."
     stop: list[str] = []
-    "Strings that end a turn (besides the end-of-turn token); kept in the tokens, cut from the text."
+    "Strings that end a turn (besides the end-of-turn token); kept in the tokens."
+    include_stop: bool = False
+    ("Keep the stop string at the end of the text (for a stop at a closing code fence, which "
+     "the judge's format check needs); otherwise it is cut from the text.")
 
 
 class VllmSettings(Section):
@@ -56,8 +59,9 @@ class GeneratorConfig(Section):
      "extra). fake: uniform logits over a tiny vocabulary, for tests that need no model.")
     device: Literal["cpu", "cuda"] = "cpu"
     "Device of the torch engine."
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"
-    "Weights dtype of the engine."
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+    ("Weights dtype of the engine. auto: bfloat16 on CUDA and on CPUs with bf16 instructions "
+     "(AVX512-BF16, AMX), float32 elsewhere (emulated bf16 is about twice as slow).")
     sampling: SamplingConfig = SamplingConfig()
     "Sampling for training work; the learner scales its logits by the same temperature."
     eval_sampling: SamplingConfig = SamplingConfig(temperature=0.0)
@@ -81,8 +85,9 @@ class LearnerConfig(Section):
     "DeepSpeed ranks; rank 0 is the actor process, the others are its children."
     zero_stage: Annotated[int, msgspec.Meta(ge=0, le=3)] = 1
     "ZeRO stage."
-    precision: Literal["bf16", "fp32"] = "bf16"
-    "Training precision (bf16 keeps fp32 master weights in the optimizer)."
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    ("Training precision (bf16 keeps fp32 master weights in the optimizer). auto: bf16 on CUDA "
+     "and on CPUs with bf16 instructions, fp32 elsewhere.")
     offload_optimizer: bool = False
     "ZeRO-Offload: optimizer state on the CPU (stage >= 1; compiles DeepSpeed's cpu_adam once)."
     lr: Annotated[float, msgspec.Meta(gt=0)] = 1e-6

@@ -10,13 +10,17 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import structlog
 import torch
 
 from policy import model as model_source
 from policy.chat import hf_chat_format
 from policy.engine import BatchingEngine, RowSettings
+from policy.precision import weights_dtype
 from policy.sampling import sample_rows
 from policy.weights import decode_state, install_state
+
+log = structlog.get_logger("policy.torch_engine")
 
 
 class TorchEngine(BatchingEngine):
@@ -26,7 +30,9 @@ class TorchEngine(BatchingEngine):
                          generator_cfg.max_in_flight)
         self.model_cfg = model_cfg
         self.device = generator_cfg.device
-        self.dtype = generator_cfg.dtype
+        self.dtype = weights_dtype(generator_cfg.dtype, self.device)
+        log.info("generator.dtype_chosen", dtype=self.dtype, setting=generator_cfg.dtype,
+                 device=self.device)
         self.model = model_source.load_model(model_cfg, self.dtype, self.device)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.rng = torch.Generator(device=self.device).manual_seed(seed)

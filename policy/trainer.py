@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
+from policy.precision import training_precision, weights_dtype
 
 
 def ds_config(lc: Any, world: int) -> dict:
@@ -36,7 +37,7 @@ def ds_config(lc: Any, world: int) -> dict:
         "gradient_clipping": lc.grad_clip,
         "steps_per_print": 1 << 30,
         "zero_optimization": zero,
-        "bf16": {"enabled": lc.precision == "bf16"},
+        "bf16": {"enabled": training_precision(lc.precision, lc.device) == "bf16"},
         "optimizer": {"type": "AdamW", "params": {
             "lr": lc.lr, "weight_decay": lc.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8,
             # torch's AdamW needs no compiled op; the CPU-offload optimizer does.
@@ -81,7 +82,8 @@ class Trainer:
             config=ds_config(self.lc, self.world))
         self.reference = None
         if self.lc.kl_coef > 0:
-            self.reference = load_model(self.config.model, "bfloat16", self.device)
+            self.reference = load_model(self.config.model,
+                                        weights_dtype("auto", self.lc.device), self.device)
         self.dir.mkdir(parents=True, exist_ok=True)
         if not (self.dir / "latest").exists():
             return {}
