@@ -36,12 +36,14 @@ class RowSettings:
     top_p: float
     max_new_tokens: int
     stop: tuple[str, ...] = ()
+    include_stop: bool = False
+    "The text keeps the stop string that ended it."
 
     @classmethod
     def of(cls, cfg: SamplingConfig, room: int | None = None) -> "RowSettings":
         """Settings from config, with max_new_tokens cut to the `room` left in the context."""
         most = cfg.max_new_tokens if room is None else max(1, min(cfg.max_new_tokens, room))
-        return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop))
+        return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop), cfg.include_stop)
 
 
 @dataclass(frozen=True)

@@ -74,8 +74,8 @@ def _stopped_by(text_tail: str, stops: Sequence[str]) -> bool:
     return any(s and s in text_tail for s in stops)
 
 
-def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    cuts = [text.index(s) for s in stops if s and s in text]
+def _cut_at_stop(text: str, stops: Sequence[str], include: bool = False) -> str:
+    cuts = [text.index(s) + (len(s) if include else 0) for s in stops if s and s in text]
     return text[:min(cuts)] if cuts else text
 
 
@@ -112,7 +112,8 @@ def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowS
         last_pos = last_pos + 1
         logits, cache = forward(feed[:, None], mask, last_pos, cache)
     for result, setting in zip(results, settings):
-        result.text = _cut_at_stop(chat.decode(result.token_ids), setting.stop)
+        result.text = _cut_at_stop(chat.decode(result.token_ids), setting.stop,
+                                   setting.include_stop)
     return results
 
 

@@ -75,6 +75,7 @@ class VllmEngine(Engine):
         s = request.settings
         params = SamplingParams(n=request.n, temperature=s.temperature, top_p=s.top_p,
                                 max_tokens=s.max_new_tokens, stop=list(s.stop) or None,
+                                include_stop_str_in_output=s.include_stop,
                                 logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
         await self._open.wait()
         version = self.version

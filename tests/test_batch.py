@@ -155,3 +155,33 @@ def test_choose_tokens_greedy_row_takes_the_argmax_with_its_model_logprob():
     logits = torch.log(torch.tensor([[0.2, 0.5, 0.3]]))
     tokens, logps = choose_tokens(logits, torch.zeros(1), torch.ones(1))
     assert tokens.tolist() == [1] and logps.item() == pytest.approx(math.log(0.5))
+
+
+def scripted_forward(script: str, chat):
+    """A forward that makes the greedy choice spell `script`, one character a step."""
+    ids = chat.encode(script)
+    step = {"n": 0}
+
+    def forward(ids_in, mask, positions, cache):
+        logits = torch.full((ids_in.shape[0], 64), -10.0)
+        logits[:, ids[min(step["n"], len(ids) - 1)]] = 10.0
+        step["n"] += 1
+        return logits, cache
+    return forward
+
+
+@pytest.mark.parametrize("include, text", [(False, "::py\nx 1"), (True, "::py\nx 1\n::\n")])
+def test_a_stop_at_a_closing_fence_ends_the_turn_and_keeps_the_fence_when_asked(include, text):
+    """Greedy text '::py\\nx 1\\n::\\nprose' with stop '\\n::\\n' (a fence in the test
+    format's alphabet) ends at the closing fence, not the opening one; the text keeps the
+    fence only with include_stop."""
+    from policy.chat import char_chat_format
+    from policy.engine import RowSettings
+    from policy.sampling import sample_rows
+
+    chat = char_chat_format(64)
+    script = "::py\nx 1\n::\nprose after the code"
+    [row] = sample_rows(scripted_forward(script, chat), [[1, 2]],
+                        [RowSettings(0.0, 1.0, 60, ("\n::\n",), include)], chat, pad_id=0)
+    assert row.finish_reason == "stop" and row.text == text
+    assert len(row.token_ids) == len("::py\nx 1\n::\n")
