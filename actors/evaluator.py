@@ -73,10 +73,11 @@ class Evaluator:
     async def intake(self) -> None:
         """Gate a fixed held-out subset per domain (a few spares cover rejections)."""
         per_domain = self.config.evaluator.tasks_per_domain
-        tasks, _ = collect(self.config.envs, seed=self.config.run.seed, split="heldout")
+        split = self.config.evaluator.split
+        tasks, _ = collect(self.config.envs, seed=self.config.run.seed, split=split)
         gates = {t.task_id: g for t, g in tasks}
         spare = per_domain + per_domain // 4 + 2
-        candidates = [t for group in pick_heldout([t for t, _ in tasks], spare).values()
+        candidates = [t for group in pick_heldout([t for t, _ in tasks], spare, split).values()
                       for t in group]
         accepted: list[Task] = []
         progress = self.bus.stats.gauges
@@ -90,9 +91,9 @@ class Evaluator:
         await gate_many([(t, gates[t.task_id]) for t in candidates],
                         self.config.envs.gates.sandbox, on_gated,
                         concurrency=self.config.envs.gates.concurrency, cache=KvGateCache(self.bus))
-        chosen = pick_heldout(accepted, per_domain)
+        chosen = pick_heldout(accepted, per_domain, split)
         self.heldout = [t for domain in sorted(chosen) for t in chosen[domain]]
-        log.info("evaluator.heldout_ready", tasks=len(self.heldout),
+        log.info("evaluator.heldout_ready", tasks=len(self.heldout), split=split,
                  domains={d: len(ts) for d, ts in chosen.items()},
                  transfer=sorted(set(chosen) - self.trained))
         self.ready.set()
@@ -177,7 +178,7 @@ class Evaluator:
             result = rnd.result(version, trained=self.trained, baseline=self.state.baseline,
                                 baseline_version=self.state.baseline_version,
                                 samples_per_task=self.k, train_reward=rewards.get(version),
-                                now=time.time())
+                                now=time.time(), split=self.config.evaluator.split)
             key = subjects.eval_round_key(rnd.version, version)
             await self.bus.kv_put(subjects.BUCKET_RUN, key, result)
             self.state.latest_key = key

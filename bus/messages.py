@@ -105,8 +105,8 @@ class Task(Message, tag="whet.task.v1"):
     "What the model is shown."
     verifier: Verifier
     "How an attempt is checked."
-    split: Literal["train", "heldout"] = "train"
-    "Held-out tasks are never sampled for training."
+    split: Literal["train", "heldout", "validation"] = "train"
+    "Held-out and validation tasks are never sampled for training."
     difficulty: float = 0.0
     "Position on the environment's difficulty ladder, 0 is easiest."
     entry_point: str = ""
@@ -556,6 +556,8 @@ class EvalRound(Message, tag="whet.eval_round.v1"):
     "Every task's attempts, by task id: what the paired comparisons are computed from."
     reported_at: float = 0.0
     "Unix time the round was reported."
+    split: str = "heldout"
+    "The task set measured: 'heldout' (reported results) or 'validation' (for tuning)."
 
 
 class EvaluatorState(Message, tag="whet.evaluator_state.v1"):

@@ -26,6 +26,9 @@ class EnvEntry(Section):
     "Tasks to generate (or, for a file, most tasks to read)."
     heldout_share: Share = 0.1
     "Share of its tasks set aside for evaluation, chosen by content hash (stable)."
+    validation_share: Share = 0.0
+    ("Share set aside for choosing settings (`[evaluator] split = \"validation\"`), chosen "
+     "by content hash after the held-out share: never trained on, never held out.")
     all_heldout: bool = False
     "Every task is held out (a benchmark such as HumanEval): never trained on."
     levels: list[Annotated[int, msgspec.Meta(ge=0)]] = []
@@ -115,6 +118,9 @@ class EvaluatorConfig(Section):
     "Evaluate every N-th policy version (version 0, the initial weights, included)."
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40
     "Held-out tasks per domain in each round (the same ones every round)."
+    split: Literal["heldout", "validation"] = "heldout"
+    ("The set the rounds measure: 'heldout' for results, 'validation' (the environments' "
+     "`validation_share`) while choosing settings, so the held-out set is never tuned on.")
     samples_per_task: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     """Attempts per held-out task per round (k). Above 1 the pass rate is the unbiased pass@1
     (the mean over tasks of passes / k), with less variance than one greedy attempt; they are

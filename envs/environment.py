@@ -76,24 +76,29 @@ def task_id(env: Environment, level: int, draft: Draft) -> str:
     return f"{env.name}/v{env.version}-L{level}-{digest}"
 
 
-def split_of(task_id_: str, heldout_share: float) -> str:
-    """'heldout' for a fixed, content-derived share of ids; 'train' for the rest."""
+def split_of(task_id_: str, heldout_share: float, validation_share: float = 0.0) -> str:
+    """'heldout' for a fixed, content-derived share of ids, 'validation' for the next share
+    (so adding a validation share moves no task into or out of the held-out set), 'train'
+    for the rest."""
     bucket = int(hashlib.sha256(task_id_.encode()).hexdigest()[:8], 16) % 10_000
-    return "heldout" if bucket < heldout_share * 10_000 else "train"
+    if bucket < heldout_share * 10_000:
+        return "heldout"
+    return "validation" if bucket < (heldout_share + validation_share) * 10_000 else "train"
 
 
-def to_task(env: Environment, level: int, draft: Draft, heldout_share: float) -> Task:
+def to_task(env: Environment, level: int, draft: Draft, heldout_share: float,
+            validation_share: float = 0.0) -> Task:
     """The Task record of a draft: id, split, difficulty, runtime and limits filled in."""
     tid = task_id(env, level, draft)
     return Task(task_id=tid, env=env.name, env_version=env.version, domain=env.domain,
                 prompt=draft.prompt, verifier=draft.verifier,
-                split=split_of(tid, heldout_share),  # type: ignore[arg-type]
+                split=split_of(tid, heldout_share, validation_share),  # type: ignore[arg-type]
                 difficulty=float(level), entry_point=draft.entry_point, files=draft.files,
                 runtime=env.runtime, limits=env.limits)
 
 
 def generate(env: Environment, count: int, *, seed: int = 0, heldout_share: float = 0.0,
-             levels: list[int] | None = None) -> Iterator[Task]:
+             levels: list[int] | None = None, validation_share: float = 0.0) -> Iterator[Task]:
     """Up to `count` distinct tasks, spread evenly over `levels` (default: every rung).
 
     Deterministic in (env, seed): each task draws from its own seeded generator, so a
@@ -112,7 +117,7 @@ def generate(env: Environment, count: int, *, seed: int = 0, heldout_share: floa
             return
         level = rungs[i % len(rungs)]
         rng = random.Random(f"{seed}/{env.name}/{env.version}/{i}")
-        task = to_task(env, level, env.make_task(rng, level), heldout_share)
+        task = to_task(env, level, env.make_task(rng, level), heldout_share, validation_share)
         if task.task_id in seen:
             continue
         seen.add(task.task_id)

@@ -29,12 +29,13 @@ def round_of(assignment_id: str) -> int | None:
     return int(head) if sep and head.isdigit() else None
 
 
-def pick_heldout(tasks: list[Task], per_domain: int) -> dict[str, list[Task]]:
-    """Held-out tasks by domain, the first `per_domain` of each in id order (ids are content
-    hashes, so this is a fixed, unbiased choice that stays the same every round)."""
+def pick_heldout(tasks: list[Task], per_domain: int,
+                 split: str = "heldout") -> dict[str, list[Task]]:
+    """Evaluation tasks of `split` by domain, the first `per_domain` of each in id order (ids
+    are content hashes, so this is a fixed, unbiased choice that stays the same every round)."""
     out: dict[str, list[Task]] = {}
     for task in sorted(tasks, key=lambda t: t.task_id):
-        if task.split != "heldout":
+        if task.split != split:
             continue
         chosen = out.setdefault(task.domain, [])
         if len(chosen) < per_domain:
@@ -93,7 +94,7 @@ class Round:
 
     def result(self, version: int, *, trained: set[str], baseline: dict[str, TaskOutcome],
                baseline_version: int, samples_per_task: int, train_reward: float | None,
-               now: float) -> EvalRound:
+               now: float, split: str = "heldout") -> EvalRound:
         """The held-out result of policy `version`'s attempts in this round, each score
         paired with `baseline` (task outcomes of `baseline_version`)."""
         counts = self.by_version.get(version, {})
@@ -116,7 +117,7 @@ class Round:
             reward=mean_reward(None) if judged else None,
             rewards={d: r for d in domains if (r := mean_reward(d)) is not None},
             train_reward=train_reward, complete=self.complete, dropped=self.dropped,
-            tasks=tasks, reported_at=now)
+            tasks=tasks, reported_at=now, split=split)
 
 
 def score(tasks: dict[str, TaskOutcome], baseline: dict[str, TaskOutcome],

@@ -80,7 +80,8 @@ def entry_tasks(name: str, entry: EnvEntry, *, seed: int = 0) -> EntryTasks:
         out.tasks, out.errors = found.tasks[:entry.count], found.errors
     else:
         out.tasks = list(generate(env, entry.count, seed=seed, heldout_share=entry.heldout_share,
-                                  levels=entry.levels or None))
+                                  levels=entry.levels or None,
+                                  validation_share=entry.validation_share))
     if entry.all_heldout:
         out.tasks = [msgspec.structs.replace(t, split="heldout") for t in out.tasks]
     return out

@@ -10,6 +10,7 @@ import pytest
 from envs import registry
 from envs.config import EnvEntry
 from envs.environment import generate
+from envs.evaluation import pick_heldout
 from envs.gates import validity_problems
 from envs.mutants import json_mutants, python_mutants
 
@@ -66,6 +67,22 @@ def test_heldout_share_is_stable_and_about_right():
     again = {t.task_id for t in generate(env, 400, seed=2, heldout_share=0.25)
              if t.split == "heldout"}
     assert held == again
+
+
+def test_a_validation_share_moves_no_task_into_or_out_of_the_heldout_set():
+    """Adding a validation share takes it from the training tasks: the held-out set stays the
+    same tasks, and validation tasks are about the asked share."""
+    env = registry.resolve("python_functions", EnvEntry())
+    plain = list(generate(env, 400, seed=2, heldout_share=0.25))
+    split = list(generate(env, 400, seed=2, heldout_share=0.25, validation_share=0.25))
+    assert [t.task_id for t in plain] == [t.task_id for t in split]
+    assert ({t.task_id for t in plain if t.split == "heldout"}
+            == {t.task_id for t in split if t.split == "heldout"})
+    validation = [t for t in split if t.split == "validation"]
+    assert 0.15 * 400 < len(validation) < 0.35 * 400
+    assert all(p.split == "train" for p, s in zip(plain, split) if s.split == "validation")
+    picked = pick_heldout(split, 10, "validation")["python"]
+    assert len(picked) == 10 and all(t.split == "validation" for t in picked)
 
 
 def test_expected_values_match_the_reference():
