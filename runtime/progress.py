@@ -36,6 +36,7 @@ from bus.messages import EvalRound, Event, Heartbeat
 from bus.nats_bus import Bus
 from runtime import liveline
 from runtime.config import RunConfig
+from runtime.cpu import cpu_by_label, stack_cpu_seconds
 from runtime.plots import draw
 from runtime.render_round import EVAL_COLUMNS, eval_row, round_brief
 from runtime.rundir import RunDir
@@ -72,30 +73,19 @@ class CsvLog:
             csv.writer(f).writerow(["" if row.get(c) is None else row.get(c) for c in self.columns])
 
 
-def stack_cpu_seconds(child_pids: list[int]) -> float:
-    """CPU seconds used by this process, its reaped children and the live `child_pids`
-    (with the children they reaped: sandboxes, DeepSpeed ranks)."""
-    own = os.times()
-    total = own.user + own.system + own.children_user + own.children_system
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in child_pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        total += sum(int(x) for x in fields[11:15]) / tick  # utime stime cutime cstime
-    return round(total, 1)
-
-
 class Progress:
     """Turns events into CSV rows, a terminal line and plots; decides when to stop."""
 
-    def __init__(self, cfg: RunConfig, run_dir: RunDir, child_pids: Callable[[], list[int]]) -> None:
-        self.cfg, self.run_dir, self.child_pids = cfg, run_dir, child_pids
+    def __init__(self, cfg: RunConfig, run_dir: RunDir,
+                 pids: Callable[[], dict[str, list[int]]]) -> None:
+        self.cfg, self.run_dir, self.pids = cfg, run_dir, pids
+        "Live process ids by label: each actor kind, and 'nats' for an embedded server."
         self.started = time.monotonic()
         self.train = CsvLog(run_dir.path / "metrics" / "train.csv", TRAIN_COLUMNS)
         self.eval = CsvLog(run_dir.path / "metrics" / "eval.csv", EVAL_COLUMNS)
         self.counts = CsvLog(run_dir.path / "metrics" / "progress.csv", PROGRESS_COLUMNS)
+        self.kinds = sorted({*cfg.actors.count, "nats"})
+        self.cpu = CsvLog(run_dir.path / "metrics" / "cpu.csv", ["wall_s", *self.kinds])
         self.step = 0
         self.heldout: EvalRound | None = None
         self.rounds: set[tuple[int, int]] = set()
@@ -104,7 +94,7 @@ class Progress:
 
     def stamp(self) -> dict[str, float]:
         return {"wall_s": round(time.monotonic() - self.started, 1),
-                "cpu_s": stack_cpu_seconds(self.child_pids())}
+                "cpu_s": stack_cpu_seconds([p for ps in self.pids().values() for p in ps])}
 
     def on_step(self, fields: dict[str, Any]) -> None:
         self.step = int(fields.get("step", self.step))
@@ -123,8 +113,11 @@ class Progress:
         return True
 
     def on_counts(self, counts: liveline.Counts) -> None:
-        """A row of metrics/progress.csv: what the stack has got through so far."""
-        self.counts.append({**counts.row(), **self.stamp()})
+        """A row of metrics/progress.csv (what the stack has got through so far) and one of
+        metrics/cpu.csv (CPU seconds so far of each kind's processes and their children)."""
+        stamp = self.stamp()
+        self.counts.append({**counts.row(), **stamp})
+        self.cpu.append({"wall_s": stamp["wall_s"], **cpu_by_label(self.pids())})
 
     def figures(self) -> str:
         """The latest training figures for the live line ('' before the first of them)."""
@@ -155,10 +148,10 @@ class Progress:
 
 
 async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
-                 child_pids: Callable[[], list[int]]) -> None:
+                 pids: Callable[[], dict[str, list[int]]]) -> None:
     """Show the live line until cancelled; with a learner, also record metrics and plots,
     and stop the stack after `max_steps` steps."""
-    progress = Progress(cfg, run_dir, child_pids) if cfg.actors.count.get("learner") else None
+    progress = Progress(cfg, run_dir, pids) if cfg.actors.count.get("learner") else None
     since = time.time()
     term = terminal()
     redraw = anyio.Event()

@@ -79,7 +79,8 @@ async def _serve_on(cfg: RunConfig, run_dir: RunDir, secrets: Path | None,
                 tg.start_soon(autoscale.run_autoscaler, bus, cfg.autoscale, supervisor.counts)
             log.info("stack.ready", run_id=run_dir.run_id, url=url, actors=supervisor.counts())
             (run_dir.path / "ready").write_text(f"{time.time()}\n")
-            pids = lambda: supervisor.child_pids() + ([server.pid] if server else [])  # noqa: E731
+            pids = lambda: {**supervisor.pids_by_kind(),  # noqa: E731
+                            **({"nats": [server.pid]} if server else {})}
             tg.start_soon(progress.follow, bus, cfg, run_dir, pids)
             await bus.stopping.wait()
             await supervisor.done.wait()

@@ -87,10 +87,10 @@ class Supervisor:
                 self.done.set()
             tg.cancel_scope.cancel()
 
-    def child_pids(self) -> list[int]:
-        """Process ids of the actor processes running now."""
-        return [s.proc.pid for slots in self.slots.values() for s in slots
-                if s.proc is not None and s.proc.returncode is None]
+    def pids_by_kind(self) -> dict[str, list[int]]:
+        """Process ids of the actor processes running now, by kind."""
+        return {kind: [s.proc.pid for s in slots if s.proc is not None and s.proc.returncode is None]
+                for kind, slots in self.slots.items()}
 
     def counts(self) -> dict[str, int]:
         return {kind: sum(not s.retired for s in slots) for kind, slots in self.slots.items()}

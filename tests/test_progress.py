@@ -21,7 +21,7 @@ def progress(tmp_path, evaluators: int) -> Progress:
     cfg = RunConfig(training=TrainingConfig(max_steps=4),
                     actors=ActorsConfig(count={"learner": 1, "evaluator": evaluators}),
                     evaluator=EvaluatorConfig(every_versions=2))
-    return Progress(cfg, RunDir(tmp_path), lambda: [])
+    return Progress(cfg, RunDir(tmp_path), lambda: {})
 
 
 def test_without_an_evaluator_the_run_stops_at_max_steps(tmp_path):
