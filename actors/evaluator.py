@@ -90,7 +90,7 @@ class Evaluator:
 
         await gate_many([(t, gates[t.task_id]) for t in candidates],
                         self.config.envs.gates.sandbox, on_gated,
-                        concurrency=self.config.envs.gates.concurrency, cache=KvGateCache(self.bus))
+                        concurrency=self.config.envs.gates.concurrency, cache=KvGateCache(self.bus, self.config.envs.gates.keep_reports))
         chosen = pick_heldout(accepted, per_domain, split)
         self.heldout = [t for domain in sorted(chosen) for t in chosen[domain]]
         log.info("evaluator.heldout_ready", tasks=len(self.heldout), split=split,

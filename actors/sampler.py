@@ -224,7 +224,7 @@ class Sampler:
                 self.wake()
 
         tally = await gate_many(tasks, cfg.gates.sandbox, accepted,
-                                concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus))
+                                concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus, cfg.gates.keep_reports))
         await self.load_rates()
         self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
         pooled = set(self.curriculum.rungs)

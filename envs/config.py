@@ -57,6 +57,9 @@ class GateConfig(Section):
     "Seed of the mutant choice."
     sandbox: SandboxConfig = SandboxConfig()
     "Backend the gates run references and mutants in."
+    keep_reports: bool = True
+    ("Keep gate reports on disk ($WHET_GATE_CACHE or ~/.cache/whetstone/gates, keyed by task, "
+     "gates and the judging code), so later runs on this machine skip gating those tasks.")
 
 
 class EnvsConfig(Section):

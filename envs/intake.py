@@ -11,7 +11,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Awaitable, Callable, Iterable
 
 import anyio
@@ -56,26 +58,63 @@ def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Ta
     return mixed, errors
 
 
+def code_digest() -> str:
+    """A digest of the code a gate report depends on (gates, mutants, judging, sandbox), so
+    a report kept on disk is reused only by the code that made it."""
+    root = Path(__file__).resolve().parent.parent
+    files = sorted([*(root / "envs").glob("gates.py"), *(root / "envs").glob("mutants.py"),
+                    *(root / "judging").rglob("*.py"), *(root / "sandbox").glob("*.py")])
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def disk_cache_dir() -> Path:
+    """Where gate reports are kept across runs: $WHET_GATE_CACHE or ~/.cache/whetstone/gates."""
+    env = os.environ.get("WHET_GATE_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "whetstone" / "gates"
+
+
 class KvGateCache:
     """Gate reports kept in KV whet-run (`<actor kind>.gate.<digest>`), so a restarted actor
-    does not gate its tasks again. The digest covers the task's content id and the gates."""
+    does not gate its tasks again, and (`keep_on_disk`) in files under `disk_cache_dir()`,
+    so the next run on this machine does not either. The digest covers the task's content
+    id, the gates and the code that judged them."""
 
-    def __init__(self, bus) -> None:
+    def __init__(self, bus, keep_on_disk: bool = True) -> None:
         self.bus = bus
+        self.disk = disk_cache_dir() / code_digest() if keep_on_disk else None
 
-    def key(self, task: Task, gates: GateConfig) -> str:
+    def digest(self, task: Task, gates: GateConfig) -> str:
         body = task.task_id + "|" + msgspec.json.encode(gates).decode()
-        return subjects.gate_key(self.bus.identity.kind,
-                                 hashlib.sha256(body.encode()).hexdigest()[:32])
+        return hashlib.sha256(body.encode()).hexdigest()[:32]
 
     async def get(self, task: Task, gates: GateConfig) -> GateReport | None:
-        raw = await self.bus.kv_get_bytes(subjects.BUCKET_RUN, self.key(task, gates))
+        digest = self.digest(task, gates)
+        raw = await self.bus.kv_get_bytes(subjects.BUCKET_RUN,
+                                          subjects.gate_key(self.bus.identity.kind, digest))
+        if not raw and self.disk is not None:
+            try:
+                raw = (self.disk / f"{digest}.json").read_bytes()
+            except OSError:
+                raw = None
         return GateReport(**json.loads(raw)) if raw else None
 
     async def put(self, task: Task, gates: GateConfig, report: GateReport) -> None:
-        if "infra" not in report.reasons:  # a sandbox outage is not the task's verdict
-            await self.bus.kv_put_bytes(subjects.BUCKET_RUN, self.key(task, gates),
-                                        json.dumps(asdict(report)).encode())
+        if "infra" in report.reasons:  # a sandbox outage is not the task's verdict
+            return
+        digest, raw = self.digest(task, gates), json.dumps(asdict(report)).encode()
+        await self.bus.kv_put_bytes(subjects.BUCKET_RUN,
+                                    subjects.gate_key(self.bus.identity.kind, digest), raw)
+        if self.disk is not None:
+            try:
+                self.disk.mkdir(parents=True, exist_ok=True)
+                tmp = self.disk / f".{digest}.{os.getpid()}"
+                tmp.write_bytes(raw)
+                tmp.replace(self.disk / f"{digest}.json")
+            except OSError as exc:  # a full or read-only disk costs a re-gate next run, no more
+                log.warning("gate.cache_write_failed", error=str(exc))
 
 
 async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_config,

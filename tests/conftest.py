@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +22,10 @@ from runtime.connect import topology
 from runtime.embedded import EmbeddedServer
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Gate reports kept across runs go to a folder of this test session, not the user's cache:
+# every session gates afresh, and the stacks it starts (which inherit the environment) share it.
+os.environ.setdefault("WHET_GATE_CACHE", tempfile.mkdtemp(prefix="whet-gates-"))
 
 
 STORE_MB = 16 * 1024
