@@ -65,6 +65,9 @@ class Trainer:
     def setup(self) -> dict:
         """Join the process group, build the engine, load the last checkpoint's client state."""
         os.environ["DS_ACCELERATOR"] = self.lc.device
+        from policy.extensions import prepare
+
+        prepare()
         import deepspeed
 
         from policy.model import load_model
