@@ -29,9 +29,8 @@ from bus import subjects
 from bus.consumer import Delivery, consume
 from bus.messages import EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
-from envs.evaluation import (Round, pick_heldout, reward_without_heldout_gain, round_assignment_id,
-                             round_of)
-from envs.intake import KvGateCache, collect, gate_many
+from envs.evaluation import Round, reward_without_heldout_gain, round_assignment_id, round_of
+from envs.intake import KvGateCache, gated_heldout
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.evaluator")
@@ -62,22 +61,9 @@ class Evaluator:
 
     async def intake(self) -> None:
         """Gate a fixed held-out subset per domain (a few spares cover rejections)."""
-        per_domain = self.config.evaluator.tasks_per_domain
-        tasks, _ = collect(self.config.envs, seed=self.config.run.seed, split="heldout")
-        gates = {t.task_id: g for t, g in tasks}
-        spare = per_domain + per_domain // 4 + 2
-        candidates = [t for group in pick_heldout([t for t, _ in tasks], spare).values()
-                      for t in group]
-        accepted: list[Task] = []
-
-        async def on_gated(task: Task, report) -> None:
-            if report.accepted:
-                accepted.append(task)
-
-        await gate_many([(t, gates[t.task_id]) for t in candidates],
-                        self.config.envs.gates.sandbox, on_gated,
-                        concurrency=self.config.envs.gates.concurrency, cache=KvGateCache(self.bus))
-        chosen = pick_heldout(accepted, per_domain)
+        chosen = await gated_heldout(self.config.envs, seed=self.config.run.seed,
+                                     per_domain=self.config.evaluator.tasks_per_domain,
+                                     cache=KvGateCache(self.bus))
         self.heldout = [t for domain in sorted(chosen) for t in chosen[domain]]
         log.info("evaluator.heldout_ready", tasks=len(self.heldout),
                  domains={d: len(ts) for d, ts in chosen.items()},
