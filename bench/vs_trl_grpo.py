@@ -1,7 +1,7 @@
 """The TRL side of bench/vs_trl.py: GRPOTrainer with whetstone's settings, tasks and judge.
 
 Consumes a run config (the settings both systems share), the gated training tasks by
-domain, a CPU budget and a thread count; trains SmolLM2 with TRL's `GRPOTrainer` on CPU in
+domain and a CPU budget; trains SmolLM2 with TRL's `GRPOTrainer` on CPU in
 this process, with `judging.trl_reward.JudgeReward` as its only reward function; produces
 the curve (per optimizer step: CPU and wall seconds, samples, the judge's mean reward and
 pass rate, TRL's own logged metrics) and the final policy saved as a model folder.
