@@ -36,9 +36,9 @@ from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import EvalRound, EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
-from envs.evaluation import (Round, pick_heldout, point_of, reward_without_heldout_gain,
-                             round_assignment_id, round_of)
-from envs.intake import KvGateCache, collect, gate_many
+from envs.evaluation import (Round, point_of, reward_without_heldout_gain, round_assignment_id,
+                             round_of)
+from envs.intake import KvGateCache, gated_heldout
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.evaluator")
@@ -72,26 +72,16 @@ class Evaluator:
 
     async def intake(self) -> None:
         """Gate a fixed held-out subset per domain (a few spares cover rejections)."""
-        per_domain = self.config.evaluator.tasks_per_domain
         split = self.config.evaluator.split
-        tasks, _ = collect(self.config.envs, seed=self.config.run.seed, split=split)
-        gates = {t.task_id: g for t, g in tasks}
-        spare = per_domain + per_domain // 4 + 2
-        candidates = [t for group in pick_heldout([t for t, _ in tasks], spare, split).values()
-                      for t in group]
-        accepted: list[Task] = []
-        progress = self.bus.stats.gauges
-        progress.update({gauges.GATE_TOTAL: float(len(candidates)), gauges.GATE_DONE: 0.0})
+        gauge = self.bus.stats.gauges
 
-        async def on_gated(task: Task, report) -> None:
-            progress[gauges.GATE_DONE] += 1
-            if report.accepted:
-                accepted.append(task)
+        def progress(done: int, total: int) -> None:
+            gauge.update({gauges.GATE_DONE: float(done), gauges.GATE_TOTAL: float(total)})
 
-        await gate_many([(t, gates[t.task_id]) for t in candidates],
-                        self.config.envs.gates.sandbox, on_gated,
-                        concurrency=self.config.envs.gates.concurrency, cache=KvGateCache(self.bus, self.config.envs.gates.keep_reports))
-        chosen = pick_heldout(accepted, per_domain, split)
+        chosen = await gated_heldout(
+            self.config.envs, seed=self.config.run.seed,
+            per_domain=self.config.evaluator.tasks_per_domain, split=split, progress=progress,
+            cache=KvGateCache(self.bus, self.config.envs.gates.keep_reports))
         self.heldout = [t for domain in sorted(chosen) for t in chosen[domain]]
         log.info("evaluator.heldout_ready", tasks=len(self.heldout), split=split,
                  domains={d: len(ts) for d, ts in chosen.items()},

@@ -3,7 +3,9 @@
 Consumes `EnvsConfig`, a seed and a split ('train' or 'heldout'); produces gated tasks one
 at a time (through a callback, so a sampler can start before intake finishes), a
 `GateTally`, and the bad task-file lines as errors. Environments are interleaved so every
-domain gets tasks early. It samples nothing and publishes nothing.
+domain gets tasks early. `gated_heldout` is the held-out choice of an evaluation round (the
+evaluator's, and the benchmarks' that evaluate on the same tasks). It samples nothing and
+publishes nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from bus.errors import InputError
 from bus.messages import Task
 from envs import registry
 from envs.config import EnvsConfig, GateConfig
+from envs.evaluation import pick_heldout
 from envs.gates import GateReport, GateTally, gate_task
 from sandbox import open_backend
 
@@ -154,3 +157,32 @@ async def _one(task: Task, gates: GateConfig | None, backend, limiter, lanes, ta
         await on_gated(task, report)
     finally:
         lanes.release()
+
+
+async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
+                        split: str = "heldout", cache: KvGateCache | None = None,
+                        progress: Callable[[int, int], None] = lambda done, total: None,
+                        ) -> dict[str, list[Task]]:
+    """The tasks a round evaluates, by domain: the first `per_domain` of each in id order
+    of `split` ('heldout', or 'validation' while choosing settings) that pass the gates (a
+    few spares per domain are gated to cover rejections). `progress(done, total)` is told
+    as each is gated."""
+    tasks, _ = collect(config, seed=seed, split=split)
+    gates = {t.task_id: g for t, g in tasks}
+    spare = per_domain + per_domain // 4 + 2
+    candidates = [t for group in pick_heldout([t for t, _ in tasks], spare, split).values()
+                  for t in group]
+    accepted: list[Task] = []
+    done = 0
+    progress(done, len(candidates))
+
+    async def on_gated(task: Task, report: GateReport) -> None:
+        nonlocal done
+        done += 1
+        progress(done, len(candidates))
+        if report.accepted:
+            accepted.append(task)
+
+    await gate_many([(t, gates[t.task_id]) for t in candidates], config.gates.sandbox, on_gated,
+                    concurrency=config.gates.concurrency, cache=cache)
+    return pick_heldout(accepted, per_domain, split)
