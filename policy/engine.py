@@ -38,12 +38,15 @@ class RowSettings:
     stop: tuple[str, ...] = ()
     include_stop: bool = False
     "The text keeps the stop string that ended it."
+    dtype: str = ""
+    "Weights dtype to sample with ('' for the engine's own); rows of one batch share it."
 
     @classmethod
     def of(cls, cfg: SamplingConfig, room: int | None = None) -> "RowSettings":
         """Settings from config, with max_new_tokens cut to the `room` left in the context."""
         most = cfg.max_new_tokens if room is None else max(1, min(cfg.max_new_tokens, room))
-        return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop), cfg.include_stop)
+        return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop), cfg.include_stop,
+                   cfg.dtype)
 
 
 @dataclass(frozen=True)
@@ -145,11 +148,16 @@ class BatchingEngine(Engine):
                     await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
-        rows = [(p, i) for p in batch for i in range(p.request.n)]
+        # Rows sampled in another dtype (eval in float32) never share a batch with the rest.
+        by_dtype: dict[str, list[tuple[_Pending, int]]] = {}
+        for p in batch:
+            by_dtype.setdefault(p.request.settings.dtype, []).extend(
+                (p, i) for i in range(p.request.n))
+        chunks = [rows[s:s + self.max_batch] for rows in by_dtype.values()
+                  for s in range(0, len(rows), self.max_batch)]
         version = self.version
         try:
-            for start in range(0, len(rows), self.max_batch):
-                chunk = rows[start:start + self.max_batch]
+            for chunk in chunks:
                 began = anyio.current_time()
                 results = await anyio.to_thread.run_sync(
                     self.run_rows, [p.request.context for p, _ in chunk],

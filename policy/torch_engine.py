@@ -34,32 +34,51 @@ class TorchEngine(BatchingEngine):
         log.info("generator.dtype_chosen", dtype=self.dtype, setting=generator_cfg.dtype,
                  device=self.device)
         self.model = model_source.load_model(model_cfg, self.dtype, self.device)
+        self.models = {self.dtype: self.model}
+        "The weights in each dtype asked for (a row's `dtype`, e.g. float32 for eval)."
+        self.state: dict | None = None
+        "The weights installed last (None: version 0), for a dtype loaded later."
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
         # transformers renamed `past_key_values` to `cache` (5.x); take whichever it reads.
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
-                 cache: object) -> tuple[torch.Tensor, object]:
-        if cache is None:
-            from transformers import DynamicCache
-
-            cache = DynamicCache(config=self.model.config)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
-        return out.logits[:, -1, :], cache  # the cache object is filled in place
+    def _model(self, dtype: str) -> Any:
+        """The policy in `dtype` ('' for the engine's own), loaded with the current weights
+        the first time it is asked for."""
+        dtype = dtype or self.dtype
+        if dtype not in self.models:
+            model = model_source.load_model(self.model_cfg, dtype, self.device)
+            if self.state is not None:
+                with torch.inference_mode():
+                    install_state(model, self.state)
+            self.models[dtype] = model
+            log.info("generator.dtype_loaded", dtype=dtype)
+        return self.models[dtype]
 
     def run_rows(self, contexts: list[list[int]], settings: list[RowSettings]) -> list[Any]:
+        model = self._model(settings[0].dtype)
+
+        def forward(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                    cache: object) -> tuple[torch.Tensor, object]:
+            if cache is None:
+                from transformers import DynamicCache
+
+                cache = DynamicCache(config=model.config)
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                        use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+            return out.logits[:, -1, :], cache  # the cache object is filled in place
+
         with torch.inference_mode():
-            return sample_rows(self._forward, contexts, settings, self.chat, self.pad_id,
+            return sample_rows(forward, contexts, settings, self.chat, self.pad_id,
                                self.rng, self.device)
 
     def apply_weights(self, blob: bytes | bytearray | None) -> None:
-        if blob is None:
-            fresh = model_source.load_model(self.model_cfg, self.dtype, self.device)
-            state = fresh.state_dict()
-        else:
-            state = decode_state(blob)
-        with torch.inference_mode():
-            install_state(self.model, state)
+        self.state = None if blob is None else decode_state(blob)
+        for dtype, model in self.models.items():
+            state = self.state
+            if state is None:
+                state = model_source.load_model(self.model_cfg, dtype, self.device).state_dict()
+            with torch.inference_mode():
+                install_state(model, state)

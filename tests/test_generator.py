@@ -186,3 +186,40 @@ async def test_eval_work_is_sampled_greedily(bus):
         assert unpack_ids(a.turns[0].completion_ids).tolist() == [0]
         assert a.turns[0].finish_reason == "stop"
         assert unpack_f32(a.turns[0].logprobs) == pytest.approx(-math.log(16), abs=1e-5)
+
+
+async def test_eval_rows_in_float32_run_apart_from_bf16_training_rows():
+    """A bf16 engine asked for float32 eval rows loads a float32 copy, never mixes the two in
+    a batch, and keeps both on the current weights: greedy eval logprobs equal a float32
+    teacher-forced pass of the installed weights (tighter than bf16 could)."""
+    from policy.engine import RowSettings, SampleRequest
+    from policy.model import load_model
+    from policy.torch_engine import TorchEngine
+    from policy.weights import encode_parts
+
+    engine = TorchEngine(GeneratorConfig(engine="torch", dtype="bfloat16"), ModelConfig(name="tiny"), 0)
+    trained = load_model(ModelConfig(name="tiny"), "float32")
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.05, alpha=1.0)
+            p.copy_(p.to(torch.bfloat16).float())  # weights travel in bf16
+    engine.apply_weights(b"".join(bytes(p) for p in encode_parts(trained.state_dict())))
+    prompt = engine.chat.prompt_ids("Write f.")
+    exact = RowSettings(0.0, 1.0, 6, dtype="float32")
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        train, evaluated = [], []
+
+        async def ask(settings, out):
+            out += await engine.generate(SampleRequest(prompt, 2, settings))
+        async with anyio.create_task_group() as both:
+            both.start_soon(ask, RowSettings(1.0, 1.0, 6), train)
+            both.start_soon(ask, exact, evaluated)
+        tg.cancel_scope.cancel()
+    assert set(engine.models) == {"bfloat16", "float32"}
+    ids = evaluated[0].token_ids
+    with torch.no_grad():
+        logp = torch.log_softmax(trained(torch.tensor([prompt + ids])).logits[0].float(), -1)
+    expected = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
+    assert evaluated[0].logprobs == pytest.approx(expected, abs=1e-4)
+    assert evaluated[0].token_ids == evaluated[1].token_ids and len(train) == 2
