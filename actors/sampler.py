@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 import anyio
 import msgspec
@@ -210,29 +211,41 @@ class Sampler:
     async def intake(self) -> None:
         """Gate the training tasks and add each accepted one to the pool as it passes."""
         cfg = self.config.envs
-        tasks, errors = collect(cfg, seed=self.config.run.seed, split="train")
+        found, errors = collect(cfg, seed=self.config.run.seed, split="train")
         for error in errors:
             log.warning("tasks.bad_record", error=str(error))
+        target = self.config.sampler.pool_per_domain
+        tasks = [(t, g) for t, g in found if cfg.mix.get(t.domain, 0) > 0]
+        per_domain = Counter(t.domain for t, _ in tasks)
         progress = self.bus.stats.gauges
-        progress.update({gauges.GATE_TOTAL: float(len(tasks)), gauges.GATE_DONE: 0.0})
+        progress.update({gauges.GATE_DONE: 0.0, gauges.GATE_TOTAL: float(sum(
+            min(n, target) if target else n for n in per_domain.values()))})
 
         async def accepted(task: Task, report) -> None:
             progress[gauges.GATE_DONE] += 1
             if report.accepted:
+                pooled[task.domain] += 1
                 self.tasks[task.task_id] = task
                 self.curriculum.add(task.task_id, task.domain, int(task.difficulty), task.split)
                 self.wake()
 
-        tally = await gate_many(tasks, cfg.gates.sandbox, accepted,
+        pooled = Counter[str]()
+
+        def wanted():  # lazily: a domain stops once its pool is big enough
+            for task, gates in tasks:
+                if not target or pooled[task.domain] < target:
+                    yield task, gates
+
+        tally = await gate_many(wanted(), cfg.gates.sandbox, accepted,
                                 concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus, cfg.gates.keep_reports))
         await self.load_rates()
         self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
-        pooled = set(self.curriculum.rungs)
+        domains = set(self.curriculum.rungs)
         log.info("intake.completed", accepted=tally.accepted, rejected=dict(tally.rejected),
-                 bad_records=len(errors), pool=len(self.curriculum),
-                 not_trained=sorted(pooled - set(self.curriculum.mix)))
-        if set(self.curriculum.mix) - pooled:
-            log.warning("intake.mix_without_tasks", domains=sorted(set(self.curriculum.mix) - pooled))
+                 bad_records=len(errors), pool=len(self.curriculum), by_domain=dict(pooled),
+                 not_gated=sorted({t.domain for t, _ in found} - set(per_domain)))
+        if set(self.curriculum.mix) - domains:
+            log.warning("intake.mix_without_tasks", domains=sorted(set(self.curriculum.mix) - domains))
 
     async def snapshots(self) -> None:
         while True:

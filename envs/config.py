@@ -103,6 +103,11 @@ class SamplerConfig(Section):
     "Most assignments admitted at once."
     min_pool: Annotated[int, msgspec.Meta(ge=1)] = 8
     "Gated tasks needed before sampling starts."
+    pool_per_domain: Annotated[int, msgspec.Meta(ge=0)] = 0
+    ("Accepted training tasks per domain after which intake stops gating that domain (0: "
+     "gate them all). A run of a few dozen steps practises a few hundred tasks at most, and "
+     "gating costs seconds of sandbox time per task. Domains outside `mix` are never gated "
+     "for training.")
     snapshot_s: Positive = 30.0
     "Seconds between saves of per-task pass rates (counters are saved with every change)."
 

@@ -212,3 +212,33 @@ async def test_mix_and_band_hold_over_the_bus(bus, nats_server):
     assert after < 0.12 * len(structured), (after, len(structured))
     assert after > 0  # rarely, not never
     await b.close()
+
+
+POOL_CONFIG = RunConfig(
+    envs=EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.0),
+                         "python_functions": EnvEntry(count=40, heldout_share=0.0)},
+                    mix={"structured": 1.0}),
+    training=TrainingConfig(mode="async", batch_size=4, group_size=4, max_staleness=0),
+    sampler=SamplerConfig(min_pool=4, pool_per_domain=6))
+
+
+async def test_intake_stops_at_the_pool_size_and_skips_domains_outside_the_mix(bus, nats_server):
+    """With pool_per_domain 6, intake gates structured tasks until 6 are accepted (a few more
+    may be in flight), never gates python (not in the mix), and reports the pool by domain."""
+    from structlog.testing import capture_logs
+
+    b = await Bus.connect(bus_settings(nats_server.url), Identity("sampler", "s1", "r1"))
+    try:
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(sampler_actor.run, b, POOL_CONFIG)
+                with anyio.fail_after(60):
+                    while not any(e["event"] == "intake.completed" for e in logs):
+                        await anyio.sleep(0.05)
+                b.stopping.set()
+    finally:
+        await b.close()
+    [done] = [e for e in logs if e["event"] == "intake.completed"]
+    assert set(done["by_domain"]) == {"structured"} and done["not_gated"] == ["python"]
+    assert 6 <= done["by_domain"]["structured"] <= 8  # the gate lanes (2) may finish past 6
+    assert done["accepted"] + sum(done["rejected"].values()) < 20  # of 40
