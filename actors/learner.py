@@ -36,6 +36,7 @@ from pathlib import Path
 import anyio
 import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
@@ -48,11 +49,12 @@ from policy.ledger import Ledger
 from policy.ranks import RankGroup
 from policy.publisher import Publisher
 from policy.versions import current_version, object_name
+from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.learner")
 
 
-def checkpoint_dir(config, bus: Bus) -> Path:
+def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
     """Where this run's learner checkpoints live."""
     if config.learner.checkpoint_dir:
         return Path(config.learner.checkpoint_dir)
@@ -63,7 +65,7 @@ def checkpoint_dir(config, bus: Bus) -> Path:
 
 
 class Learner:
-    def __init__(self, bus: Bus, config, ranks: RankGroup, resumed: dict) -> None:
+    def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup, resumed: dict) -> None:
         self.bus, self.config, self.ranks = bus, config, ranks
         self.lc = config.learner
         self.resumed = resumed
@@ -303,9 +305,10 @@ async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
     scope.cancel()
 
 
-async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
-    ranks = RankGroup(config, checkpoint_dir(config, bus))
+    ranks = RankGroup(config.trainer, checkpoint_dir(config, bus))
     try:
         resumed = await ranks.start()
         learner = Learner(bus, config, ranks, resumed)

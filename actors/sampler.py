@@ -29,6 +29,7 @@ import time
 import anyio
 import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
@@ -240,7 +241,8 @@ class Sampler:
             await self.save_rates()
 
 
-async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The sampler actor (one instance per run)."""
     sampler = Sampler(bus, config)
     await sampler.load()

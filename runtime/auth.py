@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bus import subjects as s
-from runtime.section import Section
+from bus.section import Section
 
 Role = Literal["sampler", "generator", "executor", "judge", "learner", "evaluator", "monitor",
                "admin"]

@@ -7,7 +7,11 @@ key and what was expected. It does not start anything.
 A file may name another with `extends = "other.toml"` (relative to itself); its tables are
 merged over the other's, key by key.
 
-Sections of actor kinds live beside the actors (`actors/<kind>.py`) and are composed here.
+Each package owns its sections (`sandbox.config`, `policy.config`, `judging.config`,
+`envs.config`, `monitoring.config`, on `bus.section.Section`); this module composes them with
+the wiring's own (`[run]`, `[bus]`, `[actors]`, `[supervisor]`, `[training]`, `[logging]`,
+`runtime.auth`, `runtime.autoscale`) into `RunConfig`. No package imports `runtime/`; the
+actors, which take the composed `RunConfig`, import only this module from it.
 """
 
 from __future__ import annotations
@@ -21,15 +25,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
+from bus.section import Section
 from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
+from judging.config import JudgeConfig
 from monitoring.config import MonitorConfig
+from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, TrainerConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
-from policy.config import GeneratorConfig, LearnerConfig, ModelConfig
-from judging.config import JudgeConfig
-from runtime.section import Section
+from sandbox.config import ExecutorConfig
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -135,6 +139,12 @@ class RunConfig(Section):
     sampler: SamplerConfig = SamplerConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
     judge: JudgeConfig = JudgeConfig()
+
+    @property
+    def trainer(self) -> TrainerConfig:
+        """What the learner's ranks read: the model, the learner and the training sampling."""
+        return TrainerConfig(model=self.model, learner=self.learner,
+                             sampling=self.generator.sampling)
 
 
 def load(path: str | Path) -> RunConfig:

@@ -297,7 +297,7 @@ async def test_trainer_minibatches_and_kl_to_the_reference(tmp_path):
                            np.r_[np.zeros(8, bool), np.ones(16, bool)],
                            np.r_[np.zeros(8, np.float32), np.full(16, -10.8, np.float32)])
                for i in range(4)]
-    ranks = RankGroup(cfg, tmp_path / "ckpt")
+    ranks = RankGroup(cfg.trainer, tmp_path / "ckpt")
     await ranks.start()
     try:
         first = await ranks.call("train", samples)
@@ -332,7 +332,7 @@ async def test_icepop_masks_tokens_the_behaviour_policy_found_far_likelier(tmp_p
     for mode in ("icepop", "truncated"):
         lc = msgspec.structs.replace(cfg.learner, correction=mode, mask_low=0.5, is_clip=2.0,
                                      precision="fp32")
-        ranks = RankGroup(msgspec.structs.replace(cfg, learner=lc), tmp_path / mode)
+        ranks = RankGroup(msgspec.structs.replace(cfg, learner=lc).trainer, tmp_path / mode)
         await ranks.start()
         try:
             masked[mode] = (await ranks.call("train", samples))["masked_frac"]
