@@ -33,6 +33,7 @@ from monitoring.config import MonitorConfig
 from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, TrainerConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
+from runtime.embedded import SYNC_INTERVAL, sync_interval_problem
 from sandbox.config import ExecutorConfig
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
@@ -71,6 +72,12 @@ class BusConfig(Section):
     "Size cap of the verdict stream (about 7 KB a verdict); when full, judges wait."
     events_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 256
     "Size cap of the events stream; the oldest events go first."
+    sync_interval: str = SYNC_INTERVAL
+    ("How often the embedded server's JetStream flushes to disk: 'always' (an fsync per "
+     "write: nothing acknowledged is lost to an OS crash or power loss, at a cost in "
+     "throughput) or a duration such as '2m' (NATS's default; such a crash can lose what "
+     "was acknowledged since the last flush). An external server's own config decides there "
+     "(compose: WHET_NATS_SYNC_INTERVAL).")
 
 
 class ActorsConfig(Section):
@@ -204,6 +211,9 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
         raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
     _check_eval_sampling(cfg, source)
+    problem = sync_interval_problem(cfg.bus.sync_interval)
+    if problem:
+        raise ConfigError(source, "bus.sync_interval", problem)
     return cfg
 
 
