@@ -31,6 +31,7 @@ import time
 
 import anyio
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
@@ -202,7 +203,8 @@ class Evaluator:
         if why:
             log.warning("evaluator.divergence_detected", policy_version=point.version, reason=why)
 
-async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The evaluator actor (one instance per run)."""
     ev = Evaluator(bus, config)
     await ev.load()

@@ -18,32 +18,20 @@ elsewhere. It does NOT judge, retry or interpret results: the judge does.
 from __future__ import annotations
 
 import time
-from typing import Annotated
 
 import anyio
-import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.gauges import RecentRate
 from bus.messages import ExecutionDone, ExecutionRequest, ExecutionResult, Job
-from runtime.section import Section
-from sandbox.config import SandboxConfig
+from runtime.config import RunConfig
 from sandbox.outcome import sandbox_failure
+from bus.nats_bus import Bus
 
 log = structlog.get_logger("actors.executor")
-
-
-class ExecutorConfig(Section):
-    concurrency: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
-    "Jobs run at once by one executor instance (its sandbox slots)."
-    avoid_naks: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
-    "Deliveries of a request that names this instance in avoid_executors before it runs here anyway."
-    avoid_delay_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5
-    "Redelivery delay when giving such a request back."
-    sandbox: SandboxConfig = SandboxConfig()
-    "How jobs are isolated ([executor.sandbox])."
 
 
 def should_give_back(request: ExecutionRequest, instance: str, deliveries: int, limit: int) -> bool:
@@ -60,7 +48,8 @@ async def run_job(backend, job: Job) -> ExecutionResult:
         return sandbox_failure(getattr(backend, "name", "?"), f"backend error: {exc!r}")
 
 
-async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     cfg: ExecutorConfig = config.executor
     instance = bus.identity.instance
     from sandbox import open_backend

@@ -19,6 +19,7 @@ import time
 import anyio
 import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.codec import pack_f32, pack_ids, unpack_ids
@@ -27,6 +28,7 @@ from bus.messages import Attempt, TaskAssignment, Turn
 from bus.nats_bus import Bus
 from policy.engine import Engine, RowSettings, Sample, SampleRequest, open_engine, room_left
 from policy.follower import WeightFollower
+from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.generator")
 
@@ -110,7 +112,8 @@ class Generator:
         self.bus.stats.gauges.update(self.engine.stats)
 
 
-async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Serve assignments and continuations until `bus.stopping` is set."""
     engine = await anyio.to_thread.run_sync(open_engine, config.generator, config.model,
                                             config.run.seed + _instance_salt(bus))

@@ -26,6 +26,7 @@ import time
 import anyio
 import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.consumer import Delivery, consume
@@ -36,6 +37,7 @@ from judging.config import JudgeConfig
 from judging.feedback import feedback_for
 from judging.jobs import TaskError, build_job
 from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result
+from runtime.config import RunConfig
 
 log = structlog.get_logger("judge")
 
@@ -153,7 +155,8 @@ def with_execution(attempt: Attempt, done: ExecutionDone) -> Attempt:
     return msgspec.structs.replace(attempt, turns=[*attempt.turns[:-1], last])
 
 
-async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Serve both inputs until `bus.stopping` is set, then drain."""
     judge = Judge(bus, config.judge)
     limit = config.judge.max_in_flight

@@ -12,13 +12,16 @@ rejected and counted. Publishes bf16 weights in the object store and the new
 mode; after a batch with nothing to train, the same weights under the next number, as
 admission counts batches), prunes old versions, and saves DeepSpeed checkpoints whose client state records
 every consumed verdict id, so a restart resumes with optimizer state and never trains a
-sample twice. Logs `learner.step_completed` per batch, naming every verdict id it consumed:
+sample twice. Writes each step's typed `StepRecord` to KV whet-run (`learner.step.<step>`),
+which progress reads for train.csv and the stop at `max_steps`. Logs
+`learner.step_completed` per batch for people, naming every verdict id it consumed:
 `trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
 after its group was trained without it (the group timed out) is acked untrained and logged
 as `learner.late_member_dropped`. So each verdict's fate can be traced. With
 `evaluator.hold_learner` (and an evaluator in the stack) it publishes nothing past an
-evaluated version until the evaluator reports that version's round (`learner.held_for_eval`);
-that time counts as neither idle nor busy.
+evaluated version until the evaluator's state (`EvaluatorState`, watched in KV) says that
+version's round is reported (`learner.held_for_eval`), at most `evaluator.hold_s`; that time
+counts as neither idle nor busy.
 
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
@@ -31,12 +34,14 @@ from functools import partial
 from pathlib import Path
 
 import anyio
+import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.errors import BusUnavailable
-from bus.messages import EvaluatorState, Verdict
+from bus.messages import EvaluatorState, StepRecord, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
 from policy.groups import Group, GroupBuffer
@@ -44,11 +49,12 @@ from policy.ledger import Ledger
 from policy.ranks import RankGroup
 from policy.publisher import Publisher
 from policy.versions import current_version, object_name
+from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.learner")
 
 
-def checkpoint_dir(config, bus: Bus) -> Path:
+def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
     """Where this run's learner checkpoints live."""
     if config.learner.checkpoint_dir:
         return Path(config.learner.checkpoint_dir)
@@ -59,7 +65,7 @@ def checkpoint_dir(config, bus: Bus) -> Path:
 
 
 class Learner:
-    def __init__(self, bus: Bus, config, ranks: RankGroup, resumed: dict) -> None:
+    def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup, resumed: dict) -> None:
         self.bus, self.config, self.ranks = bus, config, ranks
         self.lc = config.learner
         self.resumed = resumed
@@ -195,12 +201,13 @@ class Learner:
         if self.step % self.lc.checkpoint_every == 0:
             await self.checkpoint()
         self.busy_s += time.monotonic() - began - held
-        self._report(batch, metrics, len(groups), trained_at, time.monotonic() - began)
+        await self._report(batch, metrics, len(groups), trained_at,
+                           time.monotonic() - began)
 
     async def hold_for_eval(self) -> float:
         """Before moving past an evaluated version, wait until the evaluator reported its
-        round (`evaluator.hold_learner`), so the round's attempts all come from it. Returns
-        the seconds held."""
+        round (`evaluator.hold_learner`), so the round's attempts all come from it; at most
+        `evaluator.hold_s`, and not past a stop. Returns the seconds held."""
         ev = self.config.evaluator
         if (not ev.hold_learner or self.version % ev.every_versions
                 or not self.config.actors.count.get("evaluator")):
@@ -210,22 +217,30 @@ class Learner:
         log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = float(self.version)
         with anyio.move_on_after(ev.hold_s):
-            while not (reported or self.bus.stopping.is_set()):
-                try:
-                    state = await self.bus.kv_get_patiently(
-                        subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
-                except BusUnavailable as exc:  # a long outage: ask again
-                    log.warning("learner.hold_check_failed", error=str(exc))
-                    state = None
-                reported = state is not None and state.last_reported >= self.version
-                if not reported:
-                    await anyio.sleep(1.0)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_cancel_on, self.bus.stopping, tg.cancel_scope)
+                reported = await self.round_reported(self.version)
+                tg.cancel_scope.cancel()
         held = time.monotonic() - began
         self.held_s += held
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = -1.0
         log.info("learner.held_for_eval", policy_version=self.version, seconds=round(held, 3),
                  reported=reported)
         return held
+
+    async def round_reported(self, version: int) -> bool:
+        """Watch the evaluator's state (`EvaluatorState`, KV whet-run) until it says the round
+        of `version` is reported; True then. A watch an outage ends is renewed."""
+        while True:
+            try:
+                async for state in self.bus.kv_watch(subjects.BUCKET_RUN,
+                                                     subjects.KEY_EVALUATOR_STATE,
+                                                     EvaluatorState):
+                    if state.last_reported >= version:
+                        return True
+            except (BusUnavailable, TimeoutError) as exc:  # an outage ended the watch: renew it
+                log.warning("learner.hold_watch_renewed", error=repr(exc))
+                await anyio.sleep(1.0)
 
     async def _publish(self, now: bool = False) -> None:
         """Next version: the trained weights (copied, so training may go on while they
@@ -265,33 +280,35 @@ class Learner:
                 await delivery.nak()
         self.buffer.groups.clear()
 
-    def _report(self, batch: Assembled, metrics: dict, groups: int, trained_at: float,
-                seconds: float) -> None:
-        rewards = batch.rewards
-        fields = dict(
-            step=self.step, policy_version=self.version, groups=groups,
-            samples=len(batch.samples), samples_total=self.samples,
-            mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
-            pass_rate=round(batch.passed / len(rewards), 4) if rewards else None,
-            hacks=batch.hacks,
-            staleness_mean=round(sum(batch.staleness) / len(batch.staleness), 3) if batch.staleness else None,
-            staleness_max=max(batch.staleness, default=None), stale_rejected=batch.stale,
-            dropped=batch.dropped, no_signal=batch.no_signal, duplicates=self.duplicates,
-            late=self.consumed_late, step_s=round(seconds, 3), trained_at=trained_at,
-            trained=[s.verdict_id for s in batch.samples], left_out=batch.left_out,
+    async def _report(self, batch: Assembled, metrics: dict, groups: int, trained_at: float,
+                      seconds: float) -> None:
+        """Log the step for people (with every verdict id) and write its typed record."""
+        record = StepRecord(
+            step=self.step, policy_version=self.version, trained_at=trained_at, groups=groups,
+            samples_total=self.samples, duplicates=self.duplicates, late=self.consumed_late,
+            step_s=round(seconds, 3),
             idle_frac=round(self.idle_s / max(self.idle_s + self.busy_s, 1e-9), 4),
-            held_for_eval_s=round(self.held_s, 3),
-            **{k: round(v, 6) for k, v in metrics.items()})
+            held_for_eval_s=round(self.held_s, 3), **batch.figures(),
+            **{k: round(v, 6) for k, v in metrics.items() if k in StepRecord.__struct_fields__})
+        fields = {**msgspec.structs.asdict(record), **{k: round(v, 6) for k, v in metrics.items()},
+                  "trained": [s.verdict_id for s in batch.samples], "left_out": batch.left_out}
         log.info("learner.step_completed", **fields)
         self.bus.stats.processed = self.samples
         self.bus.stats.gauges.update({k: float(v) for k, v in fields.items()
                                       if isinstance(v, (int, float)) and k != "trained_at"})
         self.bus.stats.gauges[gauges.LEARNER_STEP_TIME_S] = round(seconds, 3)
+        await self.bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(self.step), record)
 
 
-async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
-    ranks = RankGroup(config, checkpoint_dir(config, bus))
+    ranks = RankGroup(config.trainer, checkpoint_dir(config, bus))
     try:
         resumed = await ranks.start()
         learner = Learner(bus, config, ranks, resumed)

@@ -29,6 +29,7 @@ from collections import Counter, deque
 import anyio
 import anyio.abc
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.consumer import Delivery, consume
@@ -139,7 +140,8 @@ async def start_prometheus(tg: anyio.abc.TaskGroup, monitor: Monitor, cfg: Monit
     tg.start_soon(prometheus.serve_metrics, listener, prometheus.registry_for(lambda: monitor.latest))
 
 
-async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     cfg = config.monitor
     monitor = Monitor(bus, cfg)
     async with anyio.create_task_group() as tg:

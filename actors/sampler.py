@@ -30,6 +30,7 @@ from collections import Counter
 import anyio
 import msgspec
 import structlog
+from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
@@ -253,7 +254,8 @@ class Sampler:
             await self.save_rates()
 
 
-async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The sampler actor (one instance per run)."""
     sampler = Sampler(bus, config)
     await sampler.load()

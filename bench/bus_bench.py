@@ -6,20 +6,32 @@ both, and the ratio bus/raw (target >= 0.8). Each side is measured on a fresh st
 sides alternate, and the median of the repeats is reported.
 
     python bench/bus_bench.py [--repeats 3] [--small 20000] [--large 4000]
+    python bench/bus_bench.py --sync [--repeats 3] [--sync-n 2000] [--dir D]
 
 What each side does:
 - publish, raw: `js.publish_async` of pre-encoded bytes with a Nats-Msg-Id, then await all.
 - publish, bus: `Bus.publish_many` of message objects (encoding included).
 - consume, raw: `pull_subscribe` + `fetch(100)` + `msg.ack()`, no decoding.
 - consume, bus: `bus.consumer.consume` (decoding, dedupe, bookkeeping) with a no-op handler.
+
+With `--sync` it measures instead what durability costs: two servers side by side, one
+with JetStream's default sync interval ("2m": flush to disk every two minutes) and one with
+"always" (an fsync per write), each checked on its /varz. With 1 KB messages, on each:
+sequential `js.publish` (each waits for its ack), `publish_async` then await all, and
+`fetch(100)` with `ack` (what the bus's consumers do) or `ack_sync` (the ack confirmed) of
+what each publish stored; the servers alternate, the median of the repeats is reported with
+the ratio always/default. The stores live under `--dir` (default: the system
+temp folder), which must be a real disk: on tmpfs an fsync costs nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import anyio
@@ -71,13 +83,21 @@ async def raw_publish(nc, payloads: list[bytes]) -> float:
     return len(payloads) / (time.perf_counter() - start)
 
 
+async def sync_publish(nc, payloads: list[bytes]) -> float:
+    js = nc.jetstream()
+    start = time.perf_counter()
+    for i, p in enumerate(payloads):
+        await js.publish(SUBJECT, p, headers={"Nats-Msg-Id": f"m{i}"})
+    return len(payloads) / (time.perf_counter() - start)
+
+
 async def bus_publish(bus: Bus, msgs: list[Message]) -> float:
     start = time.perf_counter()
     await bus.publish_many(SUBJECT, [(f"m{i}", m) for i, m in enumerate(msgs)])
     return len(msgs) / (time.perf_counter() - start)
 
 
-async def raw_consume(nc, n: int) -> float:
+async def raw_consume(nc, n: int, confirmed: bool = False) -> float:
     js = nc.jetstream()
     sub = await js.pull_subscribe(SUBJECT, durable=DURABLE, stream=STREAM,
                                   config=api.ConsumerConfig(ack_policy=api.AckPolicy.EXPLICIT,
@@ -85,7 +105,7 @@ async def raw_consume(nc, n: int) -> float:
     got, start = 0, time.perf_counter()
     while got < n:
         for msg in await sub.fetch(100, timeout=5):
-            await msg.ack()
+            await (msg.ack_sync() if confirmed else msg.ack())
             got += 1
     rate = n / (time.perf_counter() - start)
     await sub.unsubscribe()
@@ -127,7 +147,55 @@ async def measure(bus: Bus, nc, make, n: int, repeats: int) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
+SYNC_PHASES = {"publish, sync": (sync_publish, "consume, ack", False),
+               "publish, async": (raw_publish, "consume, ack_sync", True)}
+"Each publish phase, and the consume phase that reads what it stored (plain or confirmed acks)."
+
+
+def flushing(server: EmbeddedServer) -> str:
+    """How the running server says it flushes (from /varz)."""
+    with urllib.request.urlopen(f"{server.monitoring_url}/varz", timeout=5) as r:
+        js = json.loads(r.read())["jetstream"]["config"]
+    return "every write" if js.get("sync_always") else f"every {js['sync_interval'] / 1e9:g} s"
+
+
+async def measure_sync(args) -> None:
+    """Default sync interval against "always", side by side (see the module docstring)."""
+    payloads = [encode(one_kb(i)) for i in range(args.sync_n)]
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        servers = {v: EmbeddedServer(Path(tmp) / v, sync_interval=v, monitor=True)
+                   for v in ("2m", "always")}
+        try:
+            conns = {}
+            for interval, server in servers.items():
+                server.start()
+                conns[interval] = await nats.connect(server.url)
+                print(f"server {interval!r}: flushes {flushing(server)}; store {Path(tmp) / interval}")
+            runs: dict[tuple[str, str], list[float]] = {}
+            for _ in range(args.repeats):
+                for interval, nc in conns.items():
+                    for phase, (publish, consume_phase, confirmed) in SYNC_PHASES.items():
+                        await fresh_stream(nc)
+                        runs.setdefault((interval, phase), []).append(await publish(nc, payloads))
+                        runs.setdefault((interval, consume_phase), []).append(
+                            await raw_consume(nc, len(payloads), confirmed))
+            for nc in conns.values():
+                await nc.close()
+        finally:
+            for server in servers.values():
+                server.stop()
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    print(f"{'phase':>17} {'2m msg/s':>10} {'always msg/s':>13} {'always/2m':>10}")
+    for phase in ("publish, sync", "publish, async", "consume, ack", "consume, ack_sync"):
+        slow, fast = med[("always", phase)], med[("2m", phase)]
+        print(f"{phase:>17} {fast:>10,.0f} {slow:>13,.0f} {slow / fast:>10.2f}"
+              f"   (1 KB, n={args.sync_n}, median of {args.repeats})")
+
+
 async def main(args) -> None:
+    if args.sync:
+        await measure_sync(args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedServer(Path(tmp) / "nats")
         server.start()
@@ -158,4 +226,8 @@ if __name__ == "__main__":
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--small", type=int, default=20000)
     parser.add_argument("--large", type=int, default=4000)
+    parser.add_argument("--sync", action="store_true",
+                        help='measure the sync interval instead: default "2m" against "always"')
+    parser.add_argument("--sync-n", type=int, default=2000, help="messages per phase with --sync")
+    parser.add_argument("--dir", default=None, help="where --sync's stores live (a real disk)")
     anyio.run(main, parser.parse_args())

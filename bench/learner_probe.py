@@ -53,7 +53,7 @@ def main(args: argparse.Namespace) -> None:
     from policy.trainer import Trainer
 
     cfg = load(config_for(args))
-    trainer = Trainer(cfg, Path(tempfile.mkdtemp(prefix="whet-probe-ckpt-")))
+    trainer = Trainer(cfg.trainer, Path(tempfile.mkdtemp(prefix="whet-probe-ckpt-")))
     trainer.setup()
     batch = samples(args.batch, args.tokens, cfg.model.max_context)
     engine, device = trainer.engine, trainer.device

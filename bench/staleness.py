@@ -145,7 +145,7 @@ def run(name: str, staleness: int, correction: str, args: argparse.Namespace) ->
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1",
                       LOCAL_RANK="0")
     cfg = config(correction, args.lr)
-    trainer = Trainer(cfg, Path(tempfile.mkdtemp(prefix="whet-stale-")))
+    trainer = Trainer(cfg.trainer, Path(tempfile.mkdtemp(prefix="whet-stale-")))
     trainer.setup()
     behaviour = load_model(cfg.model, "float32")
     current = load_model(cfg.model, "float32")

@@ -340,6 +340,75 @@ class WeightVersion(Message, tag="whet.weights.v1"):
     "Unix time of publication."
 
 
+class StepRecord(Message, tag="whet.step.v1"):
+    """Learner to progress (`whet up`'s metrics, its stop at `max_steps`) and anyone watching,
+    through KV whet-run (`learner.step.<step>`, see `bus.subjects.step_key`): one learner step,
+    written once it is done. A step redone after a restart from a checkpoint replaces the
+    record under its key (its `trained_at` differs). The `learner.step_completed` event
+    carries the same figures, and the verdict ids, for people and `whet tail`."""
+
+    step: int
+    "Learner steps (batches consumed, trained or not) so far, this one included."
+    policy_version: int
+    "Policy version after this step (published, or due with the next publish)."
+    trained_at: float
+    "Unix time the update finished; with `step`, tells a redone step from a repeated record."
+    groups: int = 0
+    "Groups in the batch."
+    samples: int = 0
+    "Samples (verdicts) trained on in this step; the event names them."
+    samples_total: int = 0
+    "Samples trained on so far."
+    left_out: dict[str, int] = {}
+    "Verdicts consumed without training, by reason: 'dropped', 'stale', 'no_signal'."
+    mean_reward: float | None = None
+    "Mean reward of the batch's judged attempts (None if none)."
+    pass_rate: float | None = None
+    "Share of those that passed."
+    hacks: int = 0
+    "Attempts judged as hacks."
+    staleness_mean: float | None = None
+    "Mean versions the trained samples lagged behind the learner."
+    staleness_max: int | None = None
+    "Most versions a trained sample lagged."
+    stale_rejected: int = 0
+    "Samples rejected as older than the staleness bound."
+    dropped: int = 0
+    "Verdicts the judge dropped (infrastructure), never trained."
+    no_signal: int = 0
+    "Samples left out because their group's advantages were all zero."
+    duplicates: int = 0
+    "Redelivered verdicts skipped so far."
+    late: int = 0
+    "Group members that arrived after their group was trained, so far."
+    step_s: float = 0.0
+    "Seconds this step took: assemble, train, hold for eval, publish, checkpoint."
+    idle_frac: float = 0.0
+    "Share of the learner's time so far spent waiting for verdicts."
+    held_for_eval_s: float = 0.0
+    "Seconds held for held-out rounds so far (neither idle nor busy)."
+    loss: float | None = None
+    "Policy-gradient loss (token mean); None when nothing was trained."
+    kl: float | None = None
+    "KL to the reference policy (token mean), when `kl_coef` is above 0."
+    clip_frac: float | None = None
+    "Share of tokens whose ratio was clipped."
+    masked_frac: float | None = None
+    "Share of tokens masked out by the off-policy correction (IcePop)."
+    is_weight: float | None = None
+    "Mean importance weight of the tokens."
+    behav_gap: float | None = None
+    "Mean |log pi_prox - log pi_behav| of the tokens."
+    grad_norm: float | None = None
+    "Global gradient norm after the update (-1 if not finite)."
+    tokens: float | None = None
+    "Completion tokens trained on."
+    train_s: float | None = None
+    "Seconds of the DeepSpeed part of the step."
+    optimizer_steps: float | None = None
+    "Optimizer steps so far."
+
+
 class Heartbeat(Message, tag="whet.heartbeat.v1"):
     """Every actor to the registry (KV), every few seconds."""
 
@@ -704,6 +773,7 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     ExecutionDone,
     Verdict,
     WeightVersion,
+    StepRecord,
     Heartbeat,
     ActorFailure,
     ScaleTarget,

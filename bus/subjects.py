@@ -41,7 +41,8 @@ BUCKET_POLICY = "whet-policy"
 BUCKET_ACTORS = "whet-actors"
 "KV: key `<kind>.<instance>` holds that actor's latest `Heartbeat`."
 BUCKET_RUN = "whet-run"
-"KV: run metadata, and `scale.<kind>` holding a `ScaleTarget`."
+("KV: run metadata, `scale.<kind>` holding a `ScaleTarget`, the sampler's and evaluator's "
+ "state, one `EvalRound` per evaluated version and one `StepRecord` per learner step.")
 BUCKET_WEIGHTS = "whet-weights"
 "Object store: one object per published weight version."
 
@@ -56,6 +57,8 @@ KEY_METRICS = "monitor.metrics"
 "whet-run: the monitor's latest `MetricsSnapshot`."
 KEY_EVAL_ROUNDS = "evaluator.round.>"
 "whet-run: every `EvalRound` (a pattern, for watching them all; see `eval_round_key`)."
+KEY_LEARNER_STEPS = "learner.step.>"
+"whet-run: every learner `StepRecord` (a pattern, for watching them all; see `step_key`)."
 
 _TOKEN_OK = re.compile(r"[^a-z0-9_-]")
 
@@ -161,6 +164,13 @@ def eval_round_key(round_version: int, version: int) -> str:
     """whet-run key of the held-out result of policy `version` in the round for
     `round_version`; zero-padded, so keys sort in round order."""
     return f"evaluator.round.{round_version:06d}.{version:06d}"
+
+
+def step_key(step: int) -> str:
+    """whet-run key of the `StepRecord` of learner step `step`: one key per step, so a
+    watcher that starts (or renews its watch) late still reads every step, and a step redone
+    after a learner restart replaces its own record; zero-padded, so keys sort by step."""
+    return f"learner.step.{step:08d}"
 
 
 def scale_key(kind: str) -> str:

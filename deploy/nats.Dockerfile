@@ -17,6 +17,8 @@ RUN python3 -m venv /opt/nats \
 FROM ${BASE}
 COPY --from=deps /opt/nats/bin/nats-server /usr/local/bin/nats-server
 COPY deploy/nats.conf /etc/nats/nats.conf
+# JetStream's flush to disk (nats.conf reads it; a quoted string): compose overrides it.
+ENV WHET_NATS_SYNC_INTERVAL='"2m"'
 EXPOSE 4222 8222
 ENTRYPOINT ["/usr/local/bin/nats-server"]
 CMD ["--config", "/etc/nats/nats.conf"]

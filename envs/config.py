@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from runtime.section import Section
+from bus.section import Section
 from sandbox.config import SandboxConfig
 
 Share = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]

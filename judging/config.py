@@ -11,7 +11,7 @@ from typing import Annotated
 
 import msgspec
 
-from runtime.section import Section
+from bus.section import Section
 
 Weight = Annotated[float, msgspec.Meta(ge=0, le=10)]
 

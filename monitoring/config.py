@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from runtime.section import Section
+from bus.section import Section
 
 Rate = Literal["execution_success_rate", "timeout_rate", "infra_failure_rate", "hack_rate",
                "train_pass_rate", "eval_pass_rate"]

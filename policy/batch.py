@@ -12,7 +12,7 @@ It does not run the model.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -72,6 +72,19 @@ class Assembled:
     @property
     def no_signal(self) -> int:
         return len(self.left_out.get("no_signal", []))
+
+    def figures(self) -> dict[str, Any]:
+        """The batch's figures as `bus.messages.StepRecord` fields: samples, what was left
+        out and why, mean reward, pass rate, hacks and staleness of the judged members."""
+        rewards, ages = self.rewards, self.staleness
+        return dict(
+            samples=len(self.samples),
+            left_out={reason: len(ids) for reason, ids in self.left_out.items()},
+            mean_reward=round(sum(rewards) / len(rewards), 4) if rewards else None,
+            pass_rate=round(self.passed / len(rewards), 4) if rewards else None,
+            hacks=self.hacks, staleness_mean=round(sum(ages) / len(ages), 3) if ages else None,
+            staleness_max=max(ages, default=None), stale_rejected=self.stale,
+            dropped=self.dropped, no_signal=self.no_signal)
 
 
 def trajectory(attempt: Attempt, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,6 +1,8 @@
 """Config sections of the policy side: the model, the generator and the learner.
 
-Consumes nothing; produces typed `Section`s that `runtime.config.RunConfig` composes. It
+Consumes nothing; produces typed `Section`s that `runtime.config.RunConfig` composes, and
+`TrainerConfig`, the part of them the learner's ranks read (so `policy/` needs nothing from
+`runtime/`, and a rank child is handed only what it uses). It
 imports neither torch nor transformers nor deepspeed, so the slim image (sampler, executor,
 judge) can load a full config. What each knob does lives next to it.
 """
@@ -11,7 +13,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from runtime.section import Section
+from bus.section import Section
 
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -133,3 +135,15 @@ class LearnerConfig(Section):
     "Where checkpoints go; '' is <run dir>/checkpoints (or a temporary folder outside a run)."
     group_timeout_s: Seconds = 300.0
     "A group still missing members this long after its first verdict is trained with what came."
+
+
+class TrainerConfig(Section):
+    """What the learner's DeepSpeed ranks read (`policy.trainer.Trainer`, `policy.ranks`):
+    rank 0 gets it from the composed run config, other ranks from a JSON file of it."""
+
+    model: ModelConfig = ModelConfig()
+    "The model trained."
+    learner: LearnerConfig = LearnerConfig()
+    "Optimizer, precision, ZeRO stage, world size, objective and checkpoints."
+    sampling: SamplingConfig = SamplingConfig()
+    "The generator's training sampling: logprobs are recomputed at its temperature."

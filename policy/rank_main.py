@@ -1,6 +1,7 @@
 """A learner rank other than 0: `python -m policy.rank_main --config F --checkpoint-dir D`.
 
-Consumes operations broadcast by rank 0 (`policy.ranks`); runs each on its own `Trainer`
+Consumes the trainer's config (`policy.config.TrainerConfig` as JSON, written by rank 0)
+and operations broadcast by rank 0 (`policy.ranks`); runs each on its own `Trainer`
 until 'stop'. RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT come from the
 environment. It dies with its parent (PR_SET_PDEATHSIG). It talks to no bus.
 """
@@ -23,11 +24,14 @@ def main(argv: list[str] | None = None) -> int:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
+    import msgspec
+
+    from policy.config import TrainerConfig
     from policy.ranks import broadcast_op
     from policy.trainer import Trainer
-    from runtime.config import load
 
-    trainer = Trainer(load(args.config), Path(args.checkpoint_dir))
+    config = msgspec.json.decode(Path(args.config).read_bytes(), type=TrainerConfig)
+    trainer = Trainer(config, Path(args.checkpoint_dir))
     trainer.setup()
     while True:
         op, op_args = broadcast_op("", ())

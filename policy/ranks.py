@@ -1,6 +1,6 @@
 """Rank 0's handle on the learner's DeepSpeed ranks.
 
-Consumes the run config and a checkpoint folder; produces `world_size - 1` child processes
+Consumes the trainer's config (`policy.config.TrainerConfig`) and a checkpoint folder; produces `world_size - 1` child processes
 (`python -m policy.rank_main`), each running a `Trainer`, plus the rank-0 `Trainer` in this
 process. `call(op, *args)` broadcasts the operation to the children and runs it here, in a
 worker thread so the actor's event loop (heartbeats, acks) keeps running; all ranks thus
@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import msgspec
 import structlog
 
+from policy.config import TrainerConfig
 from policy.trainer import Trainer
-from runtime.config import RunConfig, dump
 
 log = structlog.get_logger("policy.ranks")
 
@@ -43,7 +44,7 @@ def broadcast_op(op: str, args: tuple) -> tuple[str, tuple]:
 
 
 class RankGroup:
-    def __init__(self, config: RunConfig, checkpoint_dir: Path) -> None:
+    def __init__(self, config: TrainerConfig, checkpoint_dir: Path) -> None:
         self.config = config
         self.dir = Path(checkpoint_dir)
         self.world = config.learner.world_size
@@ -58,8 +59,8 @@ class RankGroup:
         env = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "WORLD_SIZE": str(self.world)}
         os.environ.update(env, RANK="0", LOCAL_RANK="0")
         if self.world > 1:
-            config_file = self.dir / "learner-config.json"
-            config_file.write_bytes(dump(self.config))
+            config_file = self.dir / "trainer-config.json"
+            config_file.write_bytes(msgspec.json.encode(self.config))
             for rank in range(1, self.world):
                 self.children.append(subprocess.Popen(
                     [sys.executable, "-m", "policy.rank_main", "--config", str(config_file),

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
+from policy.config import LearnerConfig, TrainerConfig
 from policy.precision import training_precision, weights_dtype
 
 
-def ds_config(lc: Any, world: int) -> dict:
+def ds_config(lc: LearnerConfig, world: int) -> dict:
     """The DeepSpeed config for a learner section."""
     zero: dict[str, Any] = {"stage": lc.zero_stage}
     if lc.offload_optimizer:
@@ -46,7 +47,7 @@ def ds_config(lc: Any, world: int) -> dict:
 
 
 class Trainer:
-    def __init__(self, config: Any, checkpoint_dir: Path) -> None:
+    def __init__(self, config: TrainerConfig, checkpoint_dir: Path) -> None:
         self.config = config
         self.lc = config.learner
         self.dir = Path(checkpoint_dir)
@@ -54,7 +55,7 @@ class Trainer:
         self.world = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.device = "cpu"
-        self.temperature = config.generator.sampling.temperature or 1.0
+        self.temperature = config.sampling.temperature or 1.0
 
     def _bind(self) -> None:
         if self.lc.device == "cuda":

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from bus import subjects as s
-from runtime.section import Section
+from bus.section import Section
 
 Role = Literal["sampler", "generator", "executor", "judge", "learner", "evaluator", "monitor",
                "admin"]
@@ -137,7 +137,7 @@ ROLE_GRANTS: dict[str, Grant] = {
               | observes([s.STREAM_VERDICTS, s.STREAM_ADVISORIES])
               | publishes(f"{_API}.STREAM.PURGE.{s.STREAM_VERDICTS}")),
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)
-                | weights_write() | kv_reads(s.BUCKET_RUN)),
+                | weights_write() | kv_writes(s.BUCKET_RUN, "learner.>")),
     "evaluator": (publishes(s.TASKS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
                   | kv_writes(s.BUCKET_RUN, "evaluator.>") | weights_read()),
     "monitor": (consumes(s.STREAM_VERDICTS) | publishes(f"{s.TRIALS}.>") | reads(s.STREAM_EVENTS)

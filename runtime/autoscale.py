@@ -25,7 +25,7 @@ import structlog
 from bus import subjects
 from bus.errors import BusUnavailable
 from bus.messages import ScaleTarget
-from runtime.section import Section
+from bus.section import Section
 
 log = structlog.get_logger("runtime.autoscale")
 

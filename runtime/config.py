@@ -7,7 +7,11 @@ key and what was expected. It does not start anything.
 A file may name another with `extends = "other.toml"` (relative to itself); its tables are
 merged over the other's, key by key.
 
-Sections of actor kinds live beside the actors (`actors/<kind>.py`) and are composed here.
+Each package owns its sections (`sandbox.config`, `policy.config`, `judging.config`,
+`envs.config`, `monitoring.config`, on `bus.section.Section`); this module composes them with
+the wiring's own (`[run]`, `[bus]`, `[actors]`, `[supervisor]`, `[training]`, `[logging]`,
+`runtime.auth`, `runtime.autoscale`) into `RunConfig`. No package imports `runtime/`; the
+actors, which take the composed `RunConfig`, import only this module from it.
 """
 
 from __future__ import annotations
@@ -21,15 +25,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from actors.executor import ExecutorConfig
 from bus.errors import ConfigError
+from bus.section import Section
 from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
+from judging.config import JudgeConfig
 from monitoring.config import MonitorConfig
+from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, TrainerConfig
 from runtime.auth import AuthConfig, role_of
 from runtime.autoscale import AutoscaleConfig
-from policy.config import GeneratorConfig, LearnerConfig, ModelConfig
-from judging.config import JudgeConfig
-from runtime.section import Section
+from runtime.embedded import SYNC_INTERVAL, sync_interval_problem
+from sandbox.config import ExecutorConfig
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]
@@ -67,6 +72,12 @@ class BusConfig(Section):
     "Size cap of the verdict stream (about 7 KB a verdict); when full, judges wait."
     events_max_mb: Annotated[int, msgspec.Meta(ge=1)] = 256
     "Size cap of the events stream; the oldest events go first."
+    sync_interval: str = SYNC_INTERVAL
+    ("How often the embedded server's JetStream flushes to disk: 'always' (an fsync per "
+     "write: nothing acknowledged is lost to an OS crash or power loss, at a cost in "
+     "throughput) or a duration such as '2m' (NATS's default; such a crash can lose what "
+     "was acknowledged since the last flush). An external server's own config decides there "
+     "(compose: WHET_NATS_SYNC_INTERVAL).")
 
 
 class ActorsConfig(Section):
@@ -136,6 +147,12 @@ class RunConfig(Section):
     evaluator: EvaluatorConfig = EvaluatorConfig()
     judge: JudgeConfig = JudgeConfig()
 
+    @property
+    def trainer(self) -> TrainerConfig:
+        """What the learner's ranks read: the model, the learner and the training sampling."""
+        return TrainerConfig(model=self.model, learner=self.learner,
+                             sampling=self.generator.sampling)
+
 
 def load(path: str | Path) -> RunConfig:
     """Load, merge (`extends`), validate and return the config at `path`."""
@@ -194,6 +211,9 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
         raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
     _check_eval_sampling(cfg, source)
+    problem = sync_interval_problem(cfg.bus.sync_interval)
+    if problem:
+        raise ConfigError(source, "bus.sync_interval", problem)
     return cfg
 
 

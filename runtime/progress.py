@@ -1,9 +1,12 @@
 """The stack's progress: a live line on the terminal, CSV metrics and plots in the run dir.
 
 Consumes the actors' heartbeats (KV whet-actors: their progress gauges, every second on a
-terminal) and, with a learner, `learner.step_completed` events (read-only replay, from the
-moment the stack is ready) and the evaluator's typed round results (`EvalRound`, KV whet-run
-`evaluator.round.*`, those reported since then); produces
+terminal) and, with a learner, the learner's typed step records (`StepRecord`, KV whet-run
+`learner.step.*`) and the evaluator's typed round results (`EvalRound`, KV whet-run
+`evaluator.round.*`), those written since it started. Both are KV watches, renewed after an
+outage; a renewed watch gives every key again, and what was recorded before is skipped, so no
+step or round is missed or written twice. (The `learner.step_completed` and
+`evaluator.evaluated` events are for people; nothing here reads them.) It produces
 - the live line (`runtime.liveline`) on stderr from the first second: what the stack is
   doing (actors starting, gating n/N, the held-out round k/N, step s: k/batch attempts), the
   latest training figures and the latest held-out pass rate with its interval and its paired
@@ -26,13 +29,15 @@ import os
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import anyio
+import msgspec
 import structlog
 
 from bus import subjects
-from bus.messages import EvalRound, Event, Heartbeat
+from bus.errors import BusUnavailable
+from bus.messages import EvalRound, Heartbeat, Message, StepRecord
 from bus.nats_bus import Bus
 from runtime import liveline
 from runtime.config import RunConfig
@@ -54,7 +59,7 @@ PLOT_S = 60.0
 
 TRAIN_COLUMNS = ["step", "policy_version", "samples_total", "mean_reward", "pass_rate",
                  "staleness_mean", "staleness_max", "stale_rejected", "step_s", "idle_frac",
-                 "held_for_eval_s", "loss", "kl", "clip_frac", "wall_s", "cpu_s"]
+                 "held_for_eval_s", "loss", "kl", "clip_frac", "masked_frac", "wall_s", "cpu_s"]
 PROGRESS_COLUMNS = ["wall_s", "cpu_s", *liveline.Counts().row()]
 
 
@@ -74,7 +79,8 @@ class CsvLog:
 
 
 class Progress:
-    """Turns events into CSV rows, a terminal line and plots; decides when to stop."""
+    """Turns step records and round results into CSV rows, a terminal line and plots;
+    decides when to stop."""
 
     def __init__(self, cfg: RunConfig, run_dir: RunDir,
                  pids: Callable[[], dict[str, list[int]]]) -> None:
@@ -87,20 +93,26 @@ class Progress:
         self.kinds = sorted({*cfg.actors.count, "nats"})
         self.cpu = CsvLog(run_dir.path / "metrics" / "cpu.csv", ["wall_s", *self.kinds])
         self.step = 0
+        self.steps: dict[int, float] = {}
+        "When each recorded step was trained (`trained_at`), to tell a repeat from a redo."
+        self.last: StepRecord | None = None
         self.heldout: EvalRound | None = None
         self.rounds: set[tuple[int, int]] = set()
         self.last_round = -1
-        self.last: dict[str, Any] = {}
 
     def stamp(self) -> dict[str, float]:
         return {"wall_s": round(time.monotonic() - self.started, 1),
                 "cpu_s": stack_cpu_seconds([p for ps in self.pids().values() for p in ps])}
 
-    def on_step(self, fields: dict[str, Any]) -> None:
-        self.step = int(fields.get("step", self.step))
-        row = {**fields, **self.stamp()}
-        self.train.append(row)
-        self.last = row
+    def on_step(self, record: StepRecord) -> bool:
+        """Record a learner step; False for one recorded before (a renewed watch). A step
+        redone after a learner restart (trained again, later) gets a row of its own."""
+        if self.steps.get(record.step) == record.trained_at:
+            return False
+        self.steps[record.step] = record.trained_at
+        self.step, self.last = record.step, record
+        self.train.append({**msgspec.structs.asdict(record), **self.stamp()})
+        return True
 
     def on_round(self, result: EvalRound) -> bool:
         """Record a round's result; False for one recorded before (a renewed watch)."""
@@ -123,14 +135,13 @@ class Progress:
         """The latest training figures for the live line ('' before the first of them)."""
         r = self.last
 
-        def f(key: str, fmt: str = "{:.3f}") -> str:
-            value = r.get(key)
+        def f(value: float | None, fmt: str = "{:.3f}") -> str:
             return "-" if value is None else fmt.format(value)
 
         out = []
-        if r:
-            out.append(f"version {f('policy_version', '{}')} reward {f('mean_reward')} "
-                       f"pass {f('pass_rate')} staleness {f('staleness_mean', '{:.2f}')}")
+        if r is not None:
+            out.append(f"version {r.policy_version} reward {f(r.mean_reward)} "
+                       f"pass {f(r.pass_rate)} staleness {f(r.staleness_mean, '{:.2f}')}")
         if self.heldout is not None:
             out.append(round_brief(self.heldout))
         return "  ".join(out)
@@ -143,7 +154,7 @@ class Progress:
             return False
         if not self.cfg.actors.count.get("evaluator"):
             return True
-        version = int(self.last.get("policy_version") or 0)
+        version = self.last.policy_version if self.last is not None else 0
         return self.last_round >= version - version % self.cfg.evaluator.every_versions
 
 
@@ -156,16 +167,22 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
     term = terminal()
     redraw = anyio.Event()
 
-    async def read(kind: str, event: str, handle: Callable[[dict[str, Any]], None]) -> None:
+    def finish_when_done() -> None:
         assert progress is not None
-        async for _, ev, _ in bus.replay(subjects.STREAM_EVENTS, subjects.event_filter(kind),
-                                         Event, since=since):
-            if ev is not None and ev.event == event:
-                handle(ev.fields)
-                redraw.set()
-                if progress.done:
-                    log.info("training.finished", steps=progress.step, **progress.stamp())
-                    bus.stopping.set()
+        redraw.set()
+        if progress.done and not bus.stopping.is_set():
+            log.info("training.finished", steps=progress.step, **progress.stamp())
+            bus.stopping.set()
+
+    def on_step(record: StepRecord) -> None:
+        assert progress is not None
+        if record.trained_at >= since and progress.on_step(record):
+            finish_when_done()
+
+    def on_round(result: EvalRound) -> None:
+        assert progress is not None
+        if result.reported_at >= since and progress.on_round(result):
+            finish_when_done()
 
     async def show() -> None:
         shown, shown_at, row_at = "", -1e9, -1e9
@@ -190,16 +207,6 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
                 shown, shown_at = text.split("  ", 1)[-1], now
             await anyio.sleep(1.0 if term.tty else PLAIN_LINE_S)
 
-    async def rounds() -> None:
-        assert progress is not None
-        async for result in bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVAL_ROUNDS,
-                                         EvalRound):
-            if result.reported_at >= since and progress.on_round(result):
-                redraw.set()
-                if progress.done:
-                    log.info("training.finished", steps=progress.step, **progress.stamp())
-                    bus.stopping.set()
-
     async def plot() -> None:
         nonlocal redraw
         while True:
@@ -213,14 +220,29 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
         async with anyio.create_task_group() as tg:
             tg.start_soon(show)
             if progress is not None:
-                tg.start_soon(read, "learner", "learner.step_completed", progress.on_step)
-                tg.start_soon(rounds)
+                tg.start_soon(watch, bus, subjects.KEY_LEARNER_STEPS, StepRecord, on_step)
+                tg.start_soon(watch, bus, subjects.KEY_EVAL_ROUNDS, EvalRound, on_round)
                 tg.start_soon(plot)
     finally:
         term.end_status()
         if progress is not None:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(draw, run_dir.path)
+
+
+M = TypeVar("M", bound=Message)
+
+
+async def watch(bus: Bus, key: str, cls: type[M], handle: Callable[[M], None]) -> None:
+    """Hand every value of whet-run `key` (a pattern) to `handle`, now and as they are
+    written; a watch an outage ends is renewed (and gives every value again)."""
+    while True:
+        try:
+            async for value in bus.kv_watch(subjects.BUCKET_RUN, key, cls):
+                handle(value)
+        except (BusUnavailable, TimeoutError) as exc:
+            log.warning("progress.watch_renewed", key=key, error=repr(exc))
+            await anyio.sleep(1.0)
 
 
 def _fit(text: str) -> str:

@@ -112,10 +112,12 @@ def _start_server(cfg: RunConfig, run_dir: RunDir,
             credentials.read_passwords(secrets)  # fail now, not in every actor
         return None, cfg.bus.url
     server = EmbeddedServer(run_dir.nats_dir, die_with_parent=True,
-                            extra_config=credentials.embedded_server_config(cfg, secrets))
+                            extra_config=credentials.embedded_server_config(cfg, secrets),
+                            sync_interval=cfg.bus.sync_interval)
     url = server.start()
     log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
-             auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file))
+             auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file),
+             sync_interval=cfg.bus.sync_interval)
     return server, url
 
 

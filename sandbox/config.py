@@ -1,7 +1,8 @@
-"""Sandbox configuration (the `[executor.sandbox]` table).
+"""Configuration of where jobs run: the `[executor]` table and its `[executor.sandbox]`.
 
-Consumes nothing; declares which backend runs jobs and how. Validated with the run config.
-Importable without aiodocker (the slim image has none).
+Consumes nothing; declares how many jobs an executor runs at once, how it hands a request
+to another executor, and which sandbox backend runs jobs and how. Validated with the run
+config (`runtime.config` composes it). Importable without aiodocker (the slim image has none).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from runtime.section import Section
+from bus.section import Section
 
 
 class SandboxConfig(Section):
@@ -34,3 +35,14 @@ class SandboxConfig(Section):
     "OCI runtime of job containers ('runsc' is gVisor; the engine must have it registered)."
     docker_warm_pool: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
     "Containers kept running per executor for `exec` jobs; 0 runs every job in a fresh container."
+
+
+class ExecutorConfig(Section):
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
+    "Jobs run at once by one executor instance (its sandbox slots)."
+    avoid_naks: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3
+    "Deliveries of a request that names this instance in avoid_executors before it runs here anyway."
+    avoid_delay_s: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.5
+    "Redelivery delay when giving such a request back."
+    sandbox: SandboxConfig = SandboxConfig()
+    "How jobs are isolated ([executor.sandbox])."

@@ -14,14 +14,18 @@ import os
 import time
 
 import anyio
+from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.consumer import Delivery, consume
 from bus.errors import PermissionDenied
 from bus.messages import ExecutionDone, ExecutionRequest, ExecutionResult, Verdict
+from bus.nats_bus import Bus
+from runtime.config import RunConfig
 
 
-async def run(bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def run(bus: Bus, config: RunConfig, *,
+              task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     async def handle(req: ExecutionRequest, delivery: Delivery) -> None:
         if req.job.command[:1] == ["sleep"]:
             await anyio.sleep(float(req.job.command[1]))

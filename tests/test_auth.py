@@ -21,8 +21,9 @@ from structlog.testing import capture_logs
 from bus import subjects
 from bus.consumer import consume
 from bus.errors import BusUnavailable, PermissionDenied
-from bus.messages import (Event, ExecutionDone, ExecutionRequest, ExecutionResult, Heartbeat,
-                          Job, MetricsSnapshot, TaskAssignment, Verdict, WeightVersion)
+from bus.messages import (Event, EvaluatorState, ExecutionDone, ExecutionRequest,
+                          ExecutionResult, Heartbeat, Job, MetricsSnapshot, StepRecord,
+                          TaskAssignment, Verdict, WeightVersion)
 from bus.nats_bus import Bus, Identity
 from bus.objects import get_object, list_objects, put_object
 from runtime import auth, credentials
@@ -175,8 +176,9 @@ async def test_generator_is_refused_verdicts_but_reads_weights_and_publishes_att
 
 
 async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin):
-    """The owners of verdicts and weights can publish them; the monitor reads the state of
-    every stream, the events and heartbeats, and writes trials and its snapshot."""
+    """The owners of verdicts and weights can publish them, the learner writes its step
+    records and watches the evaluator's state; the monitor reads the state of every stream,
+    the events and heartbeats, and writes trials and its snapshot."""
     judge = await login(secured, "judge")
     learner = await login(secured, "learner")
     monitor = await login(secured, "monitor")
@@ -188,6 +190,14 @@ async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin)
         await put_object(learner, subjects.BUCKET_WEIGHTS, "v2", b"x" * 3_000_000)
         await put_object(learner, subjects.BUCKET_WEIGHTS, "v2", b"y" * 10)  # purges the old chunks
         assert "v2" in await list_objects(learner, subjects.BUCKET_WEIGHTS)  # pruning lists them
+        await learner.kv_put(subjects.BUCKET_RUN, subjects.step_key(1),
+                             StepRecord(step=1, policy_version=2, trained_at=1.0))
+        await admin.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                           EvaluatorState(last_reported=2))
+        async for state in learner.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                            EvaluatorState):  # the hold for a round
+            assert state.last_reported == 2
+            break
         await monitor.stream_states(auth.WORK_STREAMS + [subjects.STREAM_TRIALS])
         await monitor.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
         await monitor.kv_put(subjects.BUCKET_RUN, subjects.KEY_METRICS, MetricsSnapshot(at=1.0))

@@ -50,6 +50,8 @@ def samples() -> list[m.Message]:
                   components={"tests": 0.0}, cause="model.timeout",
                   layers=[m.LayerResult(name="visible", passed=1, total=2)]),
         m.WeightVersion(version=4, object_name="v4", size=10, sha256="ab"),
+        m.StepRecord(step=3, policy_version=3, trained_at=5.0, samples=8, samples_total=24,
+                     left_out={"no_signal": 4}, mean_reward=0.25, staleness_max=1, loss=0.5),
         m.Heartbeat(kind="executor", instance="executor-1", pid=1, host="h", state="ready",
                     started_at=1.0, beat_at=2.0, stats={"jobs_per_s": 3.5}, ready_at=1.5),
         m.ActorFailure(kind="target", instance="target-1", failures=3,

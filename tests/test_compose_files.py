@@ -1,14 +1,18 @@
 """The image and compose definitions match the code, without an engine (test_compose.py runs
 them for real): every package is copied into the images, every actor kind is a service with
 its own NATS role, health check and init, images are pinned to this environment's versions,
-and the container commands refuse bad input clearly."""
+the NATS service flushes to disk as WHET_NATS_SYNC_INTERVAL says, and the container commands
+refuse bad input clearly."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 
 import pytest
 import yaml
@@ -16,6 +20,7 @@ import yaml
 from actors import KINDS
 from deploy import images, wheels
 from runtime.auth import AuthConfig, role_of, roles
+from runtime.embedded import server_binary
 
 ROOT = images.ROOT
 ML_KINDS = {"generator", "learner", "evaluator"}
@@ -68,3 +73,46 @@ def test_container_commands_refuse_bad_input_clearly(args, message):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def compose_value(template: str, env: dict[str, str]) -> str:
+    """What docker compose makes of the `${VAR:-default}` in `template`."""
+    return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m[1]) or m[2], template)
+
+
+@pytest.mark.parametrize("setting, always, interval_s", [
+    (None, False, 120), ("always", True, None), ("10s", False, 10)])
+def test_the_nats_service_flushes_to_disk_as_its_variable_says(tmp_path, setting, always,
+                                                               interval_s):
+    """docker-compose.yml hands WHET_NATS_SYNC_INTERVAL (default 2m) to the NATS service,
+    quoted; nats-server runs deploy/nats.conf with it, and its /varz shows the interval."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    value = compose_value(compose["services"]["nats"]["environment"]["WHET_NATS_SYNC_INTERVAL"],
+                          {"WHET_NATS_SYNC_INTERVAL": setting} if setting else {})
+    conf = (ROOT / "deploy" / "nats.conf").read_text()
+    assert "sync_interval: $WHET_NATS_SYNC_INTERVAL" in conf
+    # Only where it listens and stores differs from the container.
+    conf = (conf.replace("0.0.0.0:4222", "127.0.0.1:-1").replace("0.0.0.0:8222", '"127.0.0.1:-1"')
+            .replace('"/data"', f'"{tmp_path / "data"}"'))
+    (tmp_path / "nats.conf").write_text(conf)
+    (tmp_path / "auth.conf").write_text("")
+    proc = subprocess.Popen([server_binary(), "-c", str(tmp_path / "nats.conf"),
+                             "--ports_file_dir", str(tmp_path)],
+                            env={**os.environ, "WHET_NATS_SYNC_INTERVAL": value},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not list(tmp_path.glob("*.ports")):
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            assert time.monotonic() < deadline, "nats-server wrote no ports file"
+            time.sleep(0.05)
+        [ports] = tmp_path.glob("*.ports")
+        url = json.loads(ports.read_text())["monitoring"][0]
+        with urllib.request.urlopen(f"{url}/varz", timeout=5) as r:
+            js = json.loads(r.read())["jetstream"]["config"]
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    assert js.get("sync_always", False) is always
+    if interval_s is not None:
+        assert js["sync_interval"] == interval_s * 10**9

@@ -32,6 +32,9 @@ def test_configs_folder_is_not_empty():
     ("[actors.count]\nprobe = 'x'\n", "actors.count.<key>", "Expected `int`"),
     ("[actors.target]\nmine = 'no_colon'\n", "actors.target.mine", "module:function"),
     ("[training]\nmode = 'sometimes'\n", "training.mode", "sync"),
+    ("[bus]\nsync_interval = 'sometimes'\n", "bus.sync_interval", "'always' or a duration"),
+    ("[bus]\nsync_interval = '2 minutes'\n", "bus.sync_interval", "'always' or a duration"),
+    ("[bus]\nsync_interval = '0s'\n", "bus.sync_interval", "above 0"),
 ])
 def test_bad_values_name_file_key_and_expectation(tmp_path, text, key, expectation):
     """The error message says which file, which key, and what was expected."""

@@ -10,7 +10,7 @@ import structlog
 
 from actors import executor as executor_actor
 from actors import judge as judge_actor
-from actors.executor import ExecutorConfig
+from sandbox.config import ExecutorConfig
 from bus import subjects
 from bus.codec import decode
 from bus.messages import Attempt, DeadLetter, Verdict, Verifier

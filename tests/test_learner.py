@@ -16,7 +16,7 @@ import torch
 from actors import generator, learner
 from bus import subjects
 from bus.codec import unpack_f32, unpack_ids
-from bus.messages import Attempt, EvaluatorState, Verdict
+from bus.messages import Attempt, EvaluatorState, StepRecord, Verdict, WeightVersion
 from bus.nats_bus import Bus, Identity
 from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, SamplingConfig
 from policy.versions import current_version, fetch_weights
@@ -153,7 +153,8 @@ async def test_async_batch_without_signal_still_moves_the_version(bus, nats_serv
 async def test_learner_holds_past_an_evaluated_version_until_its_round_is_reported(bus, nats_server, tmp_path):
     """With an evaluator in the stack evaluating every version, the learner trains its batch
     but publishes version 1 only once the evaluator's KV state says round 0 is reported, so
-    the round's attempts all come from version 0."""
+    the round's attempts all come from version 0; its watch of that state rides through a
+    restart of the server during the hold. The step's typed record is in KV after."""
     from tests.test_learner_crash import synthetic_verdicts
 
     cfg = msgspec.structs.replace(
@@ -169,21 +170,31 @@ async def test_learner_holds_past_an_evaluated_version_until_its_round_is_report
                 with anyio.fail_after(60):
                     while not any(e["event"] == "learner.holding_for_eval" for e in logs):
                         await anyio.sleep(0.05)
-                await anyio.sleep(2.0)
-                held = await current_version(bus)
+                await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                 EvaluatorState(last_round=0, last_reported=-1))
+                nats_server.kill()
+                nats_server.start()
+                held = await bus.kv_get_patiently(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                                  WeightVersion)
                 await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
                                  EvaluatorState(last_round=0, last_reported=0))
-                with anyio.fail_after(30):
+                with anyio.fail_after(60):
                     while (await current_version(bus)).version < 1:
                         await anyio.sleep(0.05)
                 released = await current_version(bus)
+                with anyio.fail_after(30):
+                    while (record := await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1),
+                                                      StepRecord)) is None:
+                        await anyio.sleep(0.05)
                 learn_bus.stopping.set()
         finally:
             await learn_bus.close()
-    assert held.version == 0
+    assert held is not None and held.version == 0
     assert (released.version, released.samples) == (1, 4)
     [done] = [e for e in logs if e["event"] == "learner.held_for_eval"]
-    assert done["reported"] is True and done["seconds"] >= 2.0 and done["policy_version"] == 0
+    assert done["reported"] is True and done["policy_version"] == 0
+    assert (record.step, record.policy_version, record.samples) == (1, 1, 4)
+    assert record.held_for_eval_s == done["seconds"] and record.loss is not None
 
 
 async def test_member_arriving_after_its_group_was_trained_is_dropped_and_named(bus, nats_server, tmp_path):
@@ -286,7 +297,7 @@ async def test_trainer_minibatches_and_kl_to_the_reference(tmp_path):
                            np.r_[np.zeros(8, bool), np.ones(16, bool)],
                            np.r_[np.zeros(8, np.float32), np.full(16, -10.8, np.float32)])
                for i in range(4)]
-    ranks = RankGroup(cfg, tmp_path / "ckpt")
+    ranks = RankGroup(cfg.trainer, tmp_path / "ckpt")
     await ranks.start()
     try:
         first = await ranks.call("train", samples)
@@ -321,7 +332,7 @@ async def test_icepop_masks_tokens_the_behaviour_policy_found_far_likelier(tmp_p
     for mode in ("icepop", "truncated"):
         lc = msgspec.structs.replace(cfg.learner, correction=mode, mask_low=0.5, is_clip=2.0,
                                      precision="fp32")
-        ranks = RankGroup(msgspec.structs.replace(cfg, learner=lc), tmp_path / mode)
+        ranks = RankGroup(msgspec.structs.replace(cfg, learner=lc).trainer, tmp_path / mode)
         await ranks.start()
         try:
             masked[mode] = (await ranks.call("train", samples))["masked_frac"]

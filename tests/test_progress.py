@@ -7,12 +7,13 @@ import csv
 
 import anyio
 
-from bus.messages import EvalRound, Heartbeat, HeldoutScore
+from bus import subjects
+from bus.messages import EvalRound, Heartbeat, HeldoutScore, StepRecord
 from envs.config import EvaluatorConfig
 from runtime import liveline
 from runtime.config import ActorsConfig, RunConfig, TrainingConfig
 from runtime.plots import draw
-from runtime.progress import Progress
+from runtime.progress import Progress, watch
 from runtime.render_round import eval_row, round_brief, round_line
 from runtime.rundir import RunDir
 
@@ -24,16 +25,33 @@ def progress(tmp_path, evaluators: int) -> Progress:
     return Progress(cfg, RunDir(tmp_path), lambda: {})
 
 
+def step(n: int, version: int | None = None, trained_at: float = 0.0, **figures) -> StepRecord:
+    return StepRecord(step=n, policy_version=n if version is None else version,
+                      trained_at=trained_at or 1000.0 + n, **figures)
+
+
 def test_without_an_evaluator_the_run_stops_at_max_steps(tmp_path):
+    """Four step records make four train.csv rows, and the fourth stops the run."""
     p = progress(tmp_path, evaluators=0)
-    for step in (1, 2, 3):
-        p.on_step({"step": step, "policy_version": step, "mean_reward": 0.1 * step})
+    for n in (1, 2, 3):
+        p.on_step(step(n, mean_reward=0.1 * n))
         assert not p.done
-    p.on_step({"step": 4, "policy_version": 4, "mean_reward": 0.4})
+    p.on_step(step(4, mean_reward=0.4, masked_frac=0.25))
     assert p.done
     with (tmp_path / "metrics" / "train.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))
     assert [r["step"] for r in rows] == ["1", "2", "3", "4"] and rows[3]["mean_reward"] == "0.4"
+    assert rows[3]["masked_frac"] == "0.25" and rows[2]["loss"] == ""
+
+
+def test_a_repeated_step_record_is_skipped_and_a_redone_step_is_kept(tmp_path):
+    """A renewed watch gives a record again: no second row. A step redone after a learner
+    restart (trained later) is a row of its own, and the step count follows it back."""
+    p = progress(tmp_path, evaluators=0)
+    assert p.on_step(step(1)) and p.on_step(step(2))
+    assert not p.on_step(step(2))
+    assert p.on_step(step(2, trained_at=2000.0))
+    assert p.step == 2 and p.last is not None and p.last.trained_at == 2000.0
 
 
 def result(version: int, rate: float, gained: int = 0, lost: int = 0,
@@ -50,12 +68,12 @@ def test_with_an_evaluator_the_run_waits_for_the_round_of_its_last_version(tmp_p
     comparison; a result seen again (a renewed watch) is not written twice."""
     p = progress(tmp_path, evaluators=1)
     assert p.on_round(result(2, 0.25))
-    p.on_step({"step": 4, "policy_version": 4})
+    p.on_step(step(4))
     assert not p.done
     assert p.on_round(result(4, 0.5, gained=2, p_value=0.5))
     assert not p.on_round(result(4, 0.5, gained=2, p_value=0.5))
     assert p.done
-    p.on_step({"step": 5, "policy_version": 5})  # not due a round: 4's is its last
+    p.on_step(step(5))  # not due a round: 4's is its last
     assert p.done
     assert "held-out 0.500 [0.25, 1.00] vs v0: +2/-0 of 4 (p=0.5)" in p.figures()
     with (tmp_path / "metrics" / "eval.csv").open(newline="") as f:
@@ -116,8 +134,7 @@ def test_the_live_line_shows_a_held_learner_and_the_latest_figures(tmp_path):
              beat("evaluator", round_version=12, round_judged=100, round_size=109,
                   round_reported=0)]
     p = progress(tmp_path, evaluators=1)
-    p.on_step({"step": 12, "policy_version": 12, "mean_reward": 0.125, "pass_rate": 0.25,
-               "staleness_mean": 0.5})
+    p.on_step(step(12, mean_reward=0.125, pass_rate=0.25, staleness_mean=0.5))
     line = liveline.describe(liveline.counts(beats, cfg), cfg, 3700, p.figures())
     assert line == ("1h01m  held-out round at version 12: 100/109 attempts | step 12/24 done, "
                     "waiting for the held-out round at version 12 | version 12 reward 0.125 "
@@ -142,3 +159,53 @@ async def test_a_stack_shows_its_live_line_from_the_start(make_stack, tmp_path):
         while not any(line.split("  ", 1)[-1].startswith(("starting: 0/1", "running"))
                       for line in (tmp_path / "stack.out").read_text().splitlines()):
             await anyio.sleep(0.2)
+
+
+async def test_step_records_reach_train_csv_once_each_across_a_server_restart(bus, nats_server, tmp_path):
+    """Progress reads the learner's typed step records from KV: those written before it
+    watched, while it watched, and while the server was down and back; none is missed and
+    none is written twice, though the watch gives them again after the restart."""
+    p = progress(tmp_path, evaluators=0)
+
+    def rows() -> list[str]:
+        with (tmp_path / "metrics" / "train.csv").open(newline="") as f:
+            return [r["step"] for r in csv.DictReader(f)]
+
+    async def until(n: int) -> None:
+        with anyio.fail_after(60):
+            while len(rows()) < n:
+                await anyio.sleep(0.05)
+
+    await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(1), step(1))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch, bus, subjects.KEY_LEARNER_STEPS, StepRecord, p.on_step)
+        await until(1)
+        await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(2), step(2))
+        await until(2)
+        nats_server.kill()
+        nats_server.start()
+        await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(3), step(3))
+        await until(3)
+        await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(4), step(4))  # a sentinel
+        await until(4)
+        tg.cancel_scope.cancel()
+    assert rows() == ["1", "2", "3", "4"]
+    assert p.done
+
+
+async def test_a_stack_stops_itself_after_max_steps_from_the_step_records(make_stack):
+    """A whole pipeline under `whet up` (fake engine, tiny learner) with max_steps = 2 stops
+    on its own once the learner's second step record is in, with a train.csv row per step."""
+    from tests.test_chaos import CONFIG
+
+    stack = make_stack(CONFIG.replace("[training]\n", "[training]\nmax_steps = 2\n"))
+    stack.start(timeout_s=180)
+    with anyio.fail_after(600):
+        while stack.proc is not None and stack.proc.poll() is None:
+            await anyio.sleep(0.5)
+    assert stack.proc is not None and stack.proc.returncode == 0
+    with (stack.run_dir / "metrics" / "train.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["step"] for r in rows[:2]] == ["1", "2"] and rows[0]["samples_total"]
+    out = (stack.tmp / "stack.out").read_text()
+    assert "training.finished" in out, out[-3000:]
