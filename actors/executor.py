@@ -52,10 +52,10 @@ async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     cfg: ExecutorConfig = config.executor
     instance = bus.identity.instance
-    from sandbox import open_backend
+    from sandbox import Metered, open_backend
 
-    backend = await open_backend(cfg.sandbox, slots=cfg.concurrency,
-                                 run_id=f"{bus.identity.run_id}.{instance}")
+    backend = Metered(await open_backend(cfg.sandbox, slots=cfg.concurrency,
+                                         run_id=f"{bus.identity.run_id}.{instance}"))
 
     finished = RecentRate()
 
@@ -65,6 +65,7 @@ async def run(bus: Bus, config: RunConfig, *,
             await delivery.nak(delay_s=cfg.avoid_delay_s)
             return
         result = await run_job(backend, request.job)
+        bus.stats.gauges[gauges.SANDBOX_CPU_S] = round(backend.cpu_s, 3)
         done = ExecutionDone(request=request, result=result, executor=instance,
                              finished_at=time.time())
         await bus.publish(subjects.EXEC_DONE, done, msg_id=request.request_id)

@@ -237,8 +237,12 @@ class Sampler:
                 if not target or pooled[task.domain] < target:
                     yield task, gates
 
+        def spent(seconds: float) -> None:
+            progress[gauges.SANDBOX_CPU_S] = round(seconds, 3)
+
         tally = await gate_many(wanted(), cfg.gates.sandbox, accepted,
-                                concurrency=cfg.gates.concurrency, cache=KvGateCache(self.bus, cfg.gates.keep_reports))
+                                concurrency=cfg.gates.concurrency, on_cpu=spent,
+                                cache=KvGateCache(self.bus, cfg.gates.keep_reports))
         await self.load_rates()
         self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
         domains = set(self.curriculum.rungs)

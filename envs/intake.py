@@ -29,7 +29,7 @@ from envs import registry
 from envs.config import EnvsConfig, GateConfig
 from envs.evaluation import pick_heldout
 from envs.gates import GateReport, GateTally, gate_task
-from sandbox import open_backend
+from sandbox import Metered, open_backend
 
 log = structlog.get_logger("envs.intake")
 
@@ -122,17 +122,24 @@ class KvGateCache:
 
 async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_config,
                     on_gated: OnGated, *, concurrency: int,
-                    cache: KvGateCache | None = None) -> GateTally:
-    """Gate every task (several at once), calling `on_gated` for each as it finishes."""
+                    cache: KvGateCache | None = None,
+                    on_cpu: Callable[[float], None] = lambda seconds: None) -> GateTally:
+    """Gate every task (several at once), calling `on_gated` for each as it finishes and
+    `on_cpu` with the sandboxes' CPU seconds so far."""
     tally = GateTally()
-    backend = await open_backend(sandbox_config)
+    backend = Metered(await open_backend(sandbox_config))
+
+    async def gated(task: Task, report: GateReport) -> None:
+        on_cpu(backend.cpu_s)
+        await on_gated(task, report)
+
     limiter = anyio.CapacityLimiter(concurrency)
     lanes = anyio.Semaphore(max(2, concurrency))  # tasks being gated at once
     try:
         async with anyio.create_task_group() as tg:
             for task, gates in tasks:
                 await lanes.acquire()  # released by _one, in the child task
-                tg.start_soon(_one, task, gates, backend, limiter, lanes, tally, on_gated, cache)
+                tg.start_soon(_one, task, gates, backend, limiter, lanes, tally, gated, cache)
     finally:
         with anyio.CancelScope(shield=True):
             await backend.aclose()
@@ -162,6 +169,7 @@ async def _one(task: Task, gates: GateConfig | None, backend, limiter, lanes, ta
 async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
                         split: str = "heldout", cache: KvGateCache | None = None,
                         progress: Callable[[int, int], None] = lambda done, total: None,
+                        on_cpu: Callable[[float], None] = lambda seconds: None,
                         ) -> dict[str, list[Task]]:
     """The tasks a round evaluates, by domain: the first `per_domain` of each in id order
     of `split` ('heldout', or 'validation' while choosing settings) that pass the gates (a
@@ -184,5 +192,5 @@ async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
             accepted.append(task)
 
     await gate_many([(t, gates[t.task_id]) for t in candidates], config.gates.sandbox, on_gated,
-                    concurrency=config.gates.concurrency, cache=cache)
+                    concurrency=config.gates.concurrency, cache=cache, on_cpu=on_cpu)
     return pick_heldout(accepted, per_domain, split)

@@ -37,6 +37,7 @@ class Counts:
     step: int = 0
     held_attempts: int = 0
     waiting_for_round: int = -1
+    sandbox_cpu_s: float = 0.0
 
     def row(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "waiting"}
@@ -74,7 +75,8 @@ def counts(beats: list[Heartbeat], cfg: RunConfig) -> Counts:
         round_reported=one("evaluator", g.ROUND_REPORTED, -1),
         step=one("learner", g.LEARNER_STEP, 0),
         held_attempts=one("learner", g.LEARNER_HELD, 0),
-        waiting_for_round=one("learner", g.LEARNER_WAITING_FOR_ROUND, -1))
+        waiting_for_round=one("learner", g.LEARNER_WAITING_FOR_ROUND, -1),
+        sandbox_cpu_s=round(sum(b.stats.get(g.SANDBOX_CPU_S, 0.0) for b in beats), 1))
 
 
 def duration(seconds: float) -> str:

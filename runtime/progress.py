@@ -91,7 +91,9 @@ class Progress:
         self.eval = CsvLog(run_dir.path / "metrics" / "eval.csv", EVAL_COLUMNS)
         self.counts = CsvLog(run_dir.path / "metrics" / "progress.csv", PROGRESS_COLUMNS)
         self.kinds = sorted({*cfg.actors.count, "nats"})
-        self.cpu = CsvLog(run_dir.path / "metrics" / "cpu.csv", ["wall_s", *self.kinds])
+        self.cpu = CsvLog(run_dir.path / "metrics" / "cpu.csv", ["wall_s", *self.kinds, "sandbox"])
+        self.sandbox_cpu_s = 0.0
+        "CPU seconds of sandboxed jobs, from the heartbeats (no process tree shows them)."
         self.step = 0
         self.steps: dict[int, float] = {}
         "When each recorded step was trained (`trained_at`), to tell a repeat from a redo."
@@ -101,8 +103,9 @@ class Progress:
         self.last_round = -1
 
     def stamp(self) -> dict[str, float]:
+        own = stack_cpu_seconds([p for ps in self.pids().values() for p in ps])
         return {"wall_s": round(time.monotonic() - self.started, 1),
-                "cpu_s": stack_cpu_seconds([p for ps in self.pids().values() for p in ps])}
+                "cpu_s": round(own + self.sandbox_cpu_s, 1)}
 
     def on_step(self, record: StepRecord) -> bool:
         """Record a learner step; False for one recorded before (a renewed watch). A step
@@ -126,10 +129,13 @@ class Progress:
 
     def on_counts(self, counts: liveline.Counts) -> None:
         """A row of metrics/progress.csv (what the stack has got through so far) and one of
-        metrics/cpu.csv (CPU seconds so far of each kind's processes and their children)."""
+        metrics/cpu.csv (CPU seconds so far of each kind's processes and their children, and
+        of the sandboxed jobs)."""
+        self.sandbox_cpu_s = max(self.sandbox_cpu_s, counts.sandbox_cpu_s)
         stamp = self.stamp()
         self.counts.append({**counts.row(), **stamp})
-        self.cpu.append({"wall_s": stamp["wall_s"], **cpu_by_label(self.pids())})
+        self.cpu.append({"wall_s": stamp["wall_s"], **cpu_by_label(self.pids()),
+                         "sandbox": self.sandbox_cpu_s})
 
     def figures(self) -> str:
         """The latest training figures for the live line ('' before the first of them)."""

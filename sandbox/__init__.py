@@ -9,7 +9,8 @@ Every backend has the same shape:
 
 `open_backend(config)` picks one by name: `local` (bubblewrap + a cgroup per slot, with the
 warm Python zygote), `docker` (a Docker-API engine, optionally with a warm pool), or
-`subprocess` (no isolation: a benchmark baseline). A backend never raises for what the job
+`subprocess` (no isolation: a benchmark baseline); `Metered` wraps one to count the CPU
+its jobs use. A backend never raises for what the job
 did (timeouts, crashes, floods are statuses); it reports its own failures as
 `status="sandbox_error"` with `sandbox_failed=True`.
 
@@ -39,6 +40,25 @@ class Backend(Protocol):
     async def run(self, job: Job) -> ExecutionResult: ...
 
     async def aclose(self) -> None: ...
+
+
+class Metered:
+    """A backend that adds each job's CPU seconds, as its own cgroup measured them, to
+    `cpu_s`: sandboxed processes never show in the CPU counters of the process tree that
+    started them, so this is where the cores they use are counted."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.cpu_s = 0.0
+
+    async def run(self, job: Job) -> ExecutionResult:
+        result = await self.backend.run(job)
+        self.cpu_s += result.cpu_s
+        return result
+
+    async def aclose(self) -> None:
+        await self.backend.aclose()
 
 
 async def open_backend(config: SandboxConfig, slots: int = 1, run_id: str = "") -> Backend:

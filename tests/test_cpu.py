@@ -32,3 +32,23 @@ def test_a_busy_grandchild_is_charged_to_the_tree_it_runs_under():
     finally:
         proc.kill()
         proc.wait()
+
+
+async def test_metered_backend_counts_sandbox_cpu_the_process_tree_misses():
+    """A job spinning 1 s in the local sandbox: the wrapper counts about that much, while
+    this process's tree shows far less (sandboxed processes escape it)."""
+    from bus.messages import Job, Limits
+    from sandbox import Metered, open_backend
+    from sandbox.config import SandboxConfig
+
+    spin = b"import time\nt=time.process_time()\nwhile time.process_time()-t<1.0: pass\n"
+    backend = Metered(await open_backend(SandboxConfig()))
+    try:
+        before = tree_cpu([os.getpid()], process_table())
+        result = await backend.run(Job(command=["python3", "spin.py"], files={"spin.py": spin},
+                                       limits=Limits(timeout_s=20, cpu_s=10)))
+        tree = tree_cpu([os.getpid()], process_table()) - before
+    finally:
+        await backend.aclose()
+    assert result.status == "ok" and backend.cpu_s >= 1.0
+    assert tree < backend.cpu_s / 2, (tree, backend.cpu_s)
