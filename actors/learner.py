@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 
@@ -35,7 +36,6 @@ import structlog
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
-from bus.errors import BusUnavailable
 from bus.messages import EvaluatorState, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
@@ -210,22 +210,33 @@ class Learner:
         log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = float(self.version)
         with anyio.move_on_after(ev.hold_s):
-            while not (reported or self.bus.stopping.is_set()):
-                try:
-                    state = await self.bus.kv_get_patiently(
-                        subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
-                except BusUnavailable as exc:  # a long outage: ask again
-                    log.warning("learner.hold_check_failed", error=str(exc))
-                    state = None
-                reported = state is not None and state.last_reported >= self.version
-                if not reported:
-                    await anyio.sleep(1.0)
+            reported = await self._round_reported(self.version)
         held = time.monotonic() - began
         self.held_s += held
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = -1.0
         log.info("learner.held_for_eval", policy_version=self.version, seconds=round(held, 3),
                  reported=reported)
         return held
+
+    async def _round_reported(self, version: int) -> bool:
+        """Wait until the evaluator's state says the round of `version` is reported (True),
+        or until the bus is stopping (False). The watch rides through outages."""
+        reported = False
+        async with anyio.create_task_group() as tg:
+            async def give_up_when_stopping() -> None:
+                await self.bus.stopping.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(give_up_when_stopping)
+            async with aclosing(self.bus.kv_watch(subjects.BUCKET_RUN,
+                                                  subjects.KEY_EVALUATOR_STATE,
+                                                  EvaluatorState)) as states:
+                async for state in states:
+                    if state.last_reported >= version:
+                        reported = True
+                        break
+            tg.cancel_scope.cancel()
+        return reported
 
     async def _publish(self, now: bool = False) -> None:
         """Next version: the trained weights (copied, so training may go on while they
@@ -298,9 +309,9 @@ async def run(bus: Bus, config, *, task_status=anyio.TASK_STATUS_IGNORED) -> Non
         await learner.resume()
         async with anyio.create_task_group() as tg:
             await tg.start(learner.publisher.run)
-            tg.start_soon(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
-                                  learner.on_verdict, max_in_flight=learner.held_limit,
-                                  drain_s=config.supervisor.drain_s))
+            await tg.start(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
+                                   learner.on_verdict, max_in_flight=learner.held_limit,
+                                   drain_s=config.supervisor.drain_s))
             task_status.started()
             await learner.loop()
             with anyio.CancelScope(shield=True):

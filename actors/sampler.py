@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import random
 import time
+from functools import partial
 
 import anyio
 import msgspec
@@ -249,8 +250,9 @@ async def run(bus: Bus, config: RunConfig, *, task_status=anyio.TASK_STATUS_IGNO
         tg.start_soon(sampler.flush)
         tg.start_soon(sampler.intake)
         tg.start_soon(sampler.snapshots)
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_SAMPLER, Verdict, sampler.on_verdict,
-                                      max_in_flight=256, drain_s=config.supervisor.drain_s))
+        await tg.start(partial(consume, bus, subjects.CONSUMER_SAMPLER, Verdict,
+                               sampler.on_verdict, max_in_flight=256,
+                               drain_s=config.supervisor.drain_s))
         task_status.started()
         await sampler.admit()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):
