@@ -69,7 +69,7 @@ class Monitor:
     async def follow_policy(self) -> None:
         async for version in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
-            self.policy_version = version.version
+            self.policy_version = self.bus.stats.policy_version = version.version
 
     async def follow_evaluator(self) -> None:
         async for result in self.bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVAL_ROUNDS,
