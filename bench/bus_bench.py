@@ -3,9 +3,11 @@
 Consumes nothing; starts its own nats-server (file storage) and prints, for 1 KB and 26 KB
 messages, JetStream publish-with-ack throughput and pull-consume-with-ack throughput for
 both, and the ratio bus/raw (target >= 0.9). Each side is measured on a fresh stream, the
-sides alternate, and the median of the repeats is reported.
+sides alternate (which goes first alternates too), and the medians of the repeats are
+reported: of each side's rate, and of the ratios of the pairs measured one after the other
+(on a loaded machine the load drifts between repeats; a pair shares it).
 
-    python bench/bus_bench.py [--repeats 3] [--small 20000] [--large 4000]
+    python bench/bus_bench.py [--repeats 5] [--small 20000] [--large 4000]
 
 What each side does:
 - publish, raw: `js.publish_async` of pre-encoded bytes with a Nats-Msg-Id, then await all.
@@ -153,17 +155,29 @@ async def measure(bus: Bus, nc, make, n: int, repeats: int) -> dict[str, float]:
     payloads = [encode(m) for m in msgs]
     runs: dict[str, list[float]] = {k: [] for k in ("raw_pub", "bus_pub", "raw_con", "bus_con",
                                                     "cb_con")}
-    for _ in range(repeats):
+
+    async def raw() -> None:
         await fresh_stream(nc)
         runs["raw_pub"].append(await raw_publish(nc, payloads))
         runs["raw_con"].append(await raw_consume(nc, n))
-        await fresh_stream(nc)
-        await raw_publish(nc, payloads)
-        runs["cb_con"].append(await raw_callback_consume(nc, n))
+
+    async def ours() -> None:
         await fresh_stream(nc)
         runs["bus_pub"].append(await bus_publish(bus, msgs))
         runs["bus_con"].append(await bus_consume(bus, type(msgs[0]), n))
-    return {k: statistics.median(v) for k, v in runs.items()}
+
+    for i in range(repeats):
+        for side in ((raw, ours) if i % 2 == 0 else (ours, raw)):
+            await side()
+        await fresh_stream(nc)
+        await raw_publish(nc, payloads)
+        runs["cb_con"].append(await raw_callback_consume(nc, n))
+    out = {k: statistics.median(v) for k, v in runs.items()}
+    for phase in ("pub", "con"):
+        out[f"ratio_{phase}"] = statistics.median(
+            b / r for b, r in zip(runs[f"bus_{phase}"], runs[f"raw_{phase}"]))
+    out["ratio_cb"] = statistics.median(b / c for b, c in zip(runs["bus_con"], runs["cb_con"]))
+    return out
 
 
 async def main(args) -> None:
@@ -183,11 +197,11 @@ async def main(args) -> None:
             for label, make, n in (("1KB", one_kb, args.small), ("26KB", rollout, args.large)):
                 size = len(encode(make(0)))
                 r = await measure(bus, nc, make, n, args.repeats)
-                for phase, raw, ours in (("publish", r["raw_pub"], r["bus_pub"]),
-                                         ("consume", r["raw_con"], r["bus_con"])):
-                    cb = (f" {r['cb_con']:>13,.0f} {ours / r['cb_con']:>6.2f}"
+                for phase, key in (("publish", "pub"), ("consume", "con")):
+                    cb = (f" {r['cb_con']:>13,.0f} {r['ratio_cb']:>6.2f}"
                           if phase == "consume" else " " * 21)
-                    print(f"{label:>6} {phase:>8} {raw:>11,.0f} {ours:>11,.0f} {ours / raw:>6.2f}"
+                    print(f"{label:>6} {phase:>8} {r[f'raw_{key}']:>11,.0f}"
+                          f" {r[f'bus_{key}']:>11,.0f} {r[f'ratio_{key}']:>6.2f}"
                           f"{cb}   ({size} B, n={n}, median of {args.repeats})", flush=True)
             await nc.close()
             await bus.close()
@@ -197,7 +211,7 @@ async def main(args) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--small", type=int, default=20000)
     parser.add_argument("--large", type=int, default=4000)
     anyio.run(main, parser.parse_args())
