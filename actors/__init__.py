@@ -6,9 +6,10 @@ Every function has the actor contract:
     async def run(bus: Bus, config: RunConfig, *,
                   task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None
 
-It calls `task_status.started()` once it serves, and returns after `bus.stopping` is set and
-its in-flight work is finished or given back. Users add kinds of their own in config
-(`[actors.target]`), without touching this file.
+It calls `task_status.started()` once it serves: after its consumers, started with
+`await tg.start(partial(consume, ...))`, exist on the server. It returns after
+`bus.stopping` is set and its in-flight work is finished or given back. Users add kinds of
+their own in config (`[actors.target]`), without touching this file.
 
 Actors are where the packages meet the wiring: each takes the composed `RunConfig`
 (`runtime.config`) and hands each package its own section. That is the only thing an actor

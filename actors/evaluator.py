@@ -28,6 +28,7 @@ It does NOT score attempts (the judge does) and never publishes training work.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 import structlog
@@ -215,9 +216,10 @@ async def run(bus: Bus, config: RunConfig, *,
         background.start_soon(ev.watch_versions)
         background.start_soon(ev.expire_rounds)
         async with anyio.create_task_group() as consumers:  # they return once drained
-            consumers.start_soon(lambda: consume(bus, subjects.CONSUMER_EVALUATOR, Verdict,
-                                                 ev.on_eval, max_in_flight=64, drain_s=drain))
-            consumers.start_soon(lambda: consume(bus, subjects.CONSUMER_EVALUATOR_TRAIN, Verdict,
-                                                 ev.on_train, max_in_flight=256, drain_s=drain))
+            await consumers.start(partial(consume, bus, subjects.CONSUMER_EVALUATOR, Verdict,
+                                          ev.on_eval, max_in_flight=64, drain_s=drain))
+            await consumers.start(partial(consume, bus, subjects.CONSUMER_EVALUATOR_TRAIN,
+                                          Verdict, ev.on_train, max_in_flight=256,
+                                          drain_s=drain))
             task_status.started()
         background.cancel_scope.cancel()

@@ -75,9 +75,9 @@ async def run(bus: Bus, config: RunConfig, *,
                  sandbox_failed=result.sandbox_failed, backend=result.backend)
 
     try:
-        task_status.started()
         await consume(bus, subjects.CONSUMER_EXEC, ExecutionRequest, handle,
-                      max_in_flight=cfg.concurrency, drain_s=config.supervisor.drain_s)
+                      max_in_flight=cfg.concurrency, drain_s=config.supervisor.drain_s,
+                      task_status=task_status)
     finally:
         with anyio.CancelScope(shield=True):
             await backend.aclose()

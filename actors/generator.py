@@ -15,6 +15,7 @@ does not choose what to sample (the sampler does).
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 import msgspec
@@ -122,16 +123,16 @@ async def run(bus: Bus, config: RunConfig, *,
     async with anyio.create_task_group() as tg:
         await tg.start(engine.serve)
         await tg.start(follower.run)
-        task_status.started()
         limit = config.generator.max_in_flight
         drain = config.supervisor.drain_s
         async with anyio.create_task_group() as work:
-            work.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment,
-                                            generator.on_assignment, max_in_flight=limit,
-                                            drain_s=drain))
-            work.start_soon(lambda: consume(bus, subjects.CONSUMER_TURNS, Attempt,
-                                            generator.on_continuation, max_in_flight=limit,
-                                            drain_s=drain))
+            await work.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                                     generator.on_assignment, max_in_flight=limit,
+                                     drain_s=drain))
+            await work.start(partial(consume, bus, subjects.CONSUMER_TURNS, Attempt,
+                                     generator.on_continuation, max_in_flight=limit,
+                                     drain_s=drain))
+            task_status.started()
         tg.cancel_scope.cancel()
 
 

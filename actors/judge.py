@@ -22,6 +22,7 @@ itself is `judging.judgement`.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 import msgspec
@@ -161,8 +162,9 @@ async def run(bus: Bus, config: RunConfig, *,
     judge = Judge(bus, config.judge)
     limit = config.judge.max_in_flight
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ATTEMPTS, Attempt, judge.on_attempt,
-                                      max_in_flight=limit, drain_s=config.supervisor.drain_s))
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_EXEC_DONE, ExecutionDone, judge.on_done,
-                                      max_in_flight=limit, drain_s=config.supervisor.drain_s))
+        await tg.start(partial(consume, bus, subjects.CONSUMER_ATTEMPTS, Attempt, judge.on_attempt,
+                               max_in_flight=limit, drain_s=config.supervisor.drain_s))
+        await tg.start(partial(consume, bus, subjects.CONSUMER_EXEC_DONE, ExecutionDone,
+                               judge.on_done, max_in_flight=limit,
+                               drain_s=config.supervisor.drain_s))
         task_status.started()

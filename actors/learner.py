@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 
@@ -40,7 +41,6 @@ from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
-from bus.errors import BusUnavailable
 from bus.messages import EvaluatorState, StepRecord, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
@@ -217,10 +217,7 @@ class Learner:
         log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = float(self.version)
         with anyio.move_on_after(ev.hold_s):
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(_cancel_on, self.bus.stopping, tg.cancel_scope)
-                reported = await self.round_reported(self.version)
-                tg.cancel_scope.cancel()
+            reported = await self._round_reported(self.version)
         held = time.monotonic() - began
         self.held_s += held
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = -1.0
@@ -228,19 +225,25 @@ class Learner:
                  reported=reported)
         return held
 
-    async def round_reported(self, version: int) -> bool:
-        """Watch the evaluator's state (`EvaluatorState`, KV whet-run) until it says the round
-        of `version` is reported; True then. A watch an outage ends is renewed."""
-        while True:
-            try:
-                async for state in self.bus.kv_watch(subjects.BUCKET_RUN,
-                                                     subjects.KEY_EVALUATOR_STATE,
-                                                     EvaluatorState):
+    async def _round_reported(self, version: int) -> bool:
+        """Wait until the evaluator's state says the round of `version` is reported (True),
+        or until the bus is stopping (False). The watch rides through outages."""
+        reported = False
+        async with anyio.create_task_group() as tg:
+            async def give_up_when_stopping() -> None:
+                await self.bus.stopping.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(give_up_when_stopping)
+            async with aclosing(self.bus.kv_watch(subjects.BUCKET_RUN,
+                                                  subjects.KEY_EVALUATOR_STATE,
+                                                  EvaluatorState)) as states:
+                async for state in states:
                     if state.last_reported >= version:
-                        return True
-            except (BusUnavailable, TimeoutError) as exc:  # an outage ended the watch: renew it
-                log.warning("learner.hold_watch_renewed", error=repr(exc))
-                await anyio.sleep(1.0)
+                        reported = True
+                        break
+            tg.cancel_scope.cancel()
+        return reported
 
     async def _publish(self, now: bool = False) -> None:
         """Next version: the trained weights (copied, so training may go on while they
@@ -300,11 +303,6 @@ class Learner:
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(self.step), record)
 
 
-async def _cancel_on(event: anyio.Event, scope: anyio.CancelScope) -> None:
-    await event.wait()
-    scope.cancel()
-
-
 async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
@@ -315,9 +313,9 @@ async def run(bus: Bus, config: RunConfig, *,
         await learner.resume()
         async with anyio.create_task_group() as tg:
             await tg.start(learner.publisher.run)
-            tg.start_soon(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
-                                  learner.on_verdict, max_in_flight=learner.held_limit,
-                                  drain_s=config.supervisor.drain_s))
+            await tg.start(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
+                                   learner.on_verdict, max_in_flight=learner.held_limit,
+                                   drain_s=config.supervisor.drain_s))
             task_status.started()
             await learner.loop()
             with anyio.CancelScope(shield=True):

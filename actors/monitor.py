@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -67,24 +68,14 @@ class Monitor:
                  reward=verdict.reward, cause=verdict.cause)
 
     async def follow_policy(self) -> None:
-        while True:
-            try:
-                async for version in self.bus.kv_watch(subjects.BUCKET_POLICY,
-                                                       subjects.KEY_POLICY, WeightVersion):
-                    self.policy_version = version.version
-            except Exception as exc:  # noqa: BLE001 - a restarted server ends the watch: renew it
-                log.warning("monitor.policy_watch_failed", error=repr(exc))
-                await anyio.sleep(1.0)
+        async for version in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                               WeightVersion):
+            self.policy_version = self.bus.stats.policy_version = version.version
 
     async def follow_evaluator(self) -> None:
-        while True:
-            try:
-                async for result in self.bus.kv_watch(subjects.BUCKET_RUN,
-                                                      subjects.KEY_EVAL_ROUNDS, EvalRound):
-                    self.take_evaluation(result)
-            except Exception as exc:  # noqa: BLE001 - a restarted server ends the watch: renew it
-                log.warning("monitor.rounds_follow_failed", error=repr(exc))
-                await anyio.sleep(1.0)
+        async for result in self.bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVAL_ROUNDS,
+                                              EvalRound):
+            self.take_evaluation(result)
 
     def take_evaluation(self, result: EvalRound) -> None:
         """A complete round joins the held-out series (a renewed watch repeats it: ignored)."""
@@ -150,12 +141,12 @@ async def run(bus: Bus, config: RunConfig, *,
         tg.start_soon(monitor.snapshot_every, cfg.snapshot_s)
         if cfg.prometheus_port:
             await start_prometheus(tg, monitor, cfg)
-        task_status.started()
         async with anyio.create_task_group() as consumers:
             for spec in (subjects.CONSUMER_MONITOR_TRAIN, subjects.CONSUMER_MONITOR_EVAL):
-                consumers.start_soon(lambda s=spec: consume(
-                    bus, s, Verdict, monitor.on_verdict, max_in_flight=64,
-                    drain_s=config.supervisor.drain_s))
+                await consumers.start(partial(consume, bus, spec, Verdict, monitor.on_verdict,
+                                              max_in_flight=64,
+                                              drain_s=config.supervisor.drain_s))
+            task_status.started()
         with anyio.CancelScope(shield=True), anyio.move_on_after(5):
             await monitor.snapshot()
         tg.cancel_scope.cancel()

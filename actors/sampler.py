@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from functools import partial
 
 import anyio
 import msgspec
@@ -268,8 +269,9 @@ async def run(bus: Bus, config: RunConfig, *,
         tg.start_soon(sampler.flush)
         tg.start_soon(sampler.intake)
         tg.start_soon(sampler.snapshots)
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_SAMPLER, Verdict, sampler.on_verdict,
-                                      max_in_flight=256, drain_s=config.supervisor.drain_s))
+        await tg.start(partial(consume, bus, subjects.CONSUMER_SAMPLER, Verdict,
+                               sampler.on_verdict, max_in_flight=256,
+                               drain_s=config.supervisor.drain_s))
         task_status.started()
         await sampler.admit()
         with anyio.CancelScope(shield=True), anyio.move_on_after(10):

@@ -3,7 +3,13 @@
 Consumes a durable JetStream consumer (`bus.subjects.ConsumerSpec`) and a handler
 `async (message, delivery) -> None`; produces acks, naks and `DeadLetter` messages.
 
-- At most `max_in_flight` messages are held at once (backpressure).
+- Started (`await tg.start(partial(consume, ...))`) once its durable consumer exists on the
+  server and this process is subscribed to its deliveries: an actor that reports started
+  after its consumers has them in place.
+- At most `max_in_flight` messages are held at once (backpressure). Pull requests ask the
+  server for as many messages as there are free slots; the deliveries come to a callback
+  (no task per message, unlike nats-py's `fetch`) and go to a fixed pool of workers
+  through a bounded memory stream.
 - A payload that cannot be decoded goes to the dead-letter subject with the reason, and the
   loop keeps serving. So does a message whose handler keeps failing, on its last delivery,
   and one the server gave up on (the MAX_DELIVERIES advisory) because its handler's process
@@ -25,112 +31,48 @@ It does not decide what work means: that is the handler's job.
 
 from __future__ import annotations
 
+import contextvars
 import json
-import time
-from collections import OrderedDict, deque
 from typing import Awaitable, Callable, TypeVar
 
 import anyio
+import anyio.abc
+import nats.aio.msg
 import nats.errors
-import nats.js.errors
 import structlog
+from nats.js.api import Header
 
 from bus import subjects
 from bus.codec import decode
-from bus.errors import BusUnavailable, WireError
-from bus.messages import DeadLetter, Message
+from bus.dead_letters import DeadLetters
+from bus.delivery import Delivery, RecentIds, settle_quietly
+from bus.errors import WireError
+from bus.messages import Message
 from bus.nats_bus import Bus
+from bus.nats_retry import retry
+
+__all__ = ["Delivery", "Handler", "RecentIds", "consume"]
 
 M = TypeVar("M", bound=Message)
+T = TypeVar("T")
+STATUS, DESCRIPTION = Header.STATUS.value, Header.DESCRIPTION.value
 log = structlog.get_logger("bus.consumer")
 
 
-class RecentIds:
-    """A bounded set of recently finished message ids (oldest forgotten first)."""
-
-    def __init__(self, limit: int = 50_000) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._limit = limit
-
-    def add(self, msg_id: str) -> None:
-        self._ids[msg_id] = None
-        self._ids.move_to_end(msg_id)
-        if len(self._ids) > self._limit:
-            self._ids.popitem(last=False)
-
-    def __contains__(self, msg_id: str) -> bool:
-        return msg_id in self._ids
+def _msg_id_var() -> contextvars.ContextVar:
+    """structlog's context variable for `msg_id` (bound and reset here, to get it)."""
+    tokens = structlog.contextvars.bind_contextvars(msg_id=None)
+    structlog.contextvars.reset_contextvars(**tokens)
+    return tokens["msg_id"].var
 
 
-class Delivery:
-    """One delivered message and the means to settle it."""
-
-    def __init__(self, msg: nats.aio.msg.Msg) -> None:
-        self.msg = msg
-        meta = msg.metadata
-        self.stream_seq: int = meta.sequence.stream
-        self.deliveries: int = meta.num_delivered
-        self.subject: str = msg.subject
-        header_id = (msg.headers or {}).get("Nats-Msg-Id")
-        self.msg_id: str = header_id or f"{meta.stream}:{self.stream_seq}"
-        self.rebound = 0
-        "Redeliveries of this message taken over while it was held."
-        self.is_settled = False
-        self.deferred = False
-        self.acked = False
-        self._settled_event: anyio.Event | None = None
-
-    def defer(self) -> None:
-        """Keep the message held after the handler returns; the caller will settle it."""
-        self.deferred = True
-        self._settled_event = anyio.Event()
-
-    async def wait_settled(self) -> None:
-        """Return once ack() or nak() was called (only meaningful after defer())."""
-        if not self.is_settled and self._settled_event is not None:
-            await self._settled_event.wait()
-
-    def _settle(self) -> bool:
-        if self.is_settled:
-            return False
-        self.is_settled = True
-        if self._settled_event is not None:
-            self._settled_event.set()
-        return True
-
-    async def ack(self) -> None:
-        """Acknowledge: the work is done and must not come back."""
-        if self._settle():
-            self.acked = True
-            await _quietly(self.msg.ack())
-
-    async def nak(self, delay_s: float | None = None) -> None:
-        """Give the message back for redelivery, after `delay_s` if set."""
-        if self._settle():
-            await _quietly(self.msg.nak(delay=delay_s))
-
-    def rebind(self, again: "Delivery") -> None:
-        """Take over `again`, a redelivery of this message: settling now answers the newest
-        delivery, whose ack the server will honour."""
-        self.msg, self.deliveries = again.msg, max(self.deliveries, again.deliveries)
-        self.rebound += 1
-
-    async def keep_alive(self) -> None:
-        """Reset the server's ack timer while work goes on."""
-        if not self.is_settled:
-            await _quietly(self.msg.in_progress())
-
-
-async def _quietly(call: Awaitable[object]) -> None:
-    # Settling only queues a publish in the client (no round trip), so it needs no timeout
-    # of its own. An ack lost to an outage is recovered by redelivery plus de-duplication.
-    try:
-        await call
-    except (nats.errors.Error, OSError) as exc:
-        log.warning("message.settle_failed", error=repr(exc))
-
+_MSG_ID = _msg_id_var()
 
 Handler = Callable[[M, Delivery], Awaitable[None]]
+
+PULL_EXPIRES_S = 1.0
+"""How long one pull request waits on the server for messages before it ends (status 408):
+the pace at which an idle consumer notices that it should stop."""
 
 
 async def consume(
@@ -143,12 +85,28 @@ async def consume(
     ack_wait_s: float | None = None,
     max_deliver: int | None = None,
     drain_s: float = 10.0,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve `spec` with `handler` until `bus.stopping` is set, then drain and return."""
+    """Serve `spec` with `handler` until `bus.stopping` is set, then drain and return.
+
+    Reports started once the durable consumer exists and deliveries can arrive; retries
+    that set-up through an outage until `publish_deadline_s` (then BusUnavailable).
+    """
     loop = _Loop(bus, spec, cls, handler, max_in_flight,
                  ack_wait_s or bus.settings.ack_wait_s,
                  max_deliver or bus.settings.max_deliver)
-    await loop.run(drain_s)
+    await loop.run(drain_s, task_status)
+
+
+class _Pull:
+    """The one pull request outstanding: how many messages it may still bring, and whether
+    the server has ended it (all brought, or expired)."""
+
+    __slots__ = ("left", "ended")
+
+    def __init__(self, batch: int) -> None:
+        self.left = batch
+        self.ended = anyio.Event()
 
 
 class _Loop:
@@ -161,113 +119,144 @@ class _Loop:
         self.parked = 0
         "Held deliveries whose handler deferred them: they free their slot only when settled."
         self.low_water = max(1, max_in_flight // 2)
-        self.queue: deque[Delivery] = deque()
-        self.idle: deque[anyio.Event] = deque()
-        self.spare_woken = False
+        self.to_workers, self.from_fetcher = anyio.create_memory_object_stream[Delivery](
+            max_in_flight)
+        self.idle = anyio.Lock(fast_acquire=True)
+        "Held by the one idle worker that waits at the stream."
+        self.pull = _Pull(0)
         self.recent = RecentIds()
         self.changed = anyio.Event()
+        self.dead_letters = DeadLetters(bus, spec, max_deliver)
 
-    async def run(self, drain_s: float) -> None:
-        await self._retry(lambda: self.bus.ensure_consumer(
-            self.spec, ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver))
-        sub = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
-            durable=self.spec.durable, stream=self.spec.stream))
+    async def run(self, drain_s: float, task_status: anyio.abc.TaskStatus[None]) -> None:
         advisory_spec = subjects.advisory_consumer(self.spec)
-        await self._retry(lambda: self.bus.ensure_consumer(advisory_spec, max_deliver=20))
-        advisory = await self._retry(lambda: self.bus.js.pull_subscribe_bind(
-            durable=advisory_spec.durable, stream=advisory_spec.stream))
+        await self._set_up(self.spec, lambda: self.bus.ensure_consumer(
+            self.spec, ack_wait_s=self.ack_wait_s, max_deliver=self.max_deliver))
+        inbox = self.bus.nc.new_inbox()
+        deliveries = await self._set_up(self.spec, lambda: self.bus.nc.subscribe(
+            inbox, cb=self._on_delivery))
+        advisory = None
         try:
-            async with anyio.create_task_group() as work:
+            await self._set_up(advisory_spec, lambda: self.bus.ensure_consumer(
+                advisory_spec, max_deliver=20))
+            advisory = await self._set_up(advisory_spec, lambda: self.bus.js.pull_subscribe_bind(
+                durable=advisory_spec.durable, stream=advisory_spec.stream))
+            task_status.started()
+            async with self.from_fetcher, anyio.create_task_group() as work:
                 work.start_soon(self._keep_alive)
-                work.start_soon(self._dead_letter_given_up, advisory)
+                work.start_soon(self.dead_letters.serve_advisories, advisory)
                 for _ in range(self.max_in_flight):
                     work.start_soon(self._worker)
-                await self._fetch_until_stopping(sub)
+                await self._fetch_until_stopping(inbox)
                 with anyio.move_on_after(drain_s):
                     while self.held:
                         await self._wait_changed()
                 work.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
-                for waiting in list(self.held.values()):  # fetched but never started
-                    await waiting.nak()
-                for sub_ in (advisory, sub):
+                for sub in (deliveries, advisory):
                     try:
-                        await sub_.unsubscribe()
-                    except (nats.errors.Error, AttributeError):
+                        if sub is not None:
+                            await sub.unsubscribe()
+                    except nats.errors.Error:
                         pass
+                self.to_workers.close()
+                for waiting in list(self.held.values()):  # fetched but never finished
+                    await waiting.nak()
 
-    async def _retry(self, make_call: Callable[[], Awaitable]):
-        deadline = time.monotonic() + self.bus.settings.publish_deadline_s
-        while True:
-            try:
-                return await make_call()
-            except (nats.errors.Error, TimeoutError) as exc:
-                if time.monotonic() > deadline:
-                    raise BusUnavailable(f"consumer {self.spec.durable}: {exc!r}") from exc
-                await anyio.sleep(0.5)
+    def _set_up(self, spec: subjects.ConsumerSpec, call: Callable[[], Awaitable[T]]) -> Awaitable[T]:
+        # Setting up also waits while the stream does not exist yet (an actor started before
+        # the topology, a server still recovering its store); a refusal is not waited out.
+        return retry(call, what=f"consumer {spec.durable}",
+                     deadline_s=self.bus.settings.publish_deadline_s,
+                     first_delay_s=0.5, max_delay_s=0.5, retry_on=(nats.errors.Error, TimeoutError),
+                     denied=lambda since: self.bus.raise_if_denied(
+                         since, "", containing=f"{spec.stream}.{spec.durable}"))
 
     async def _wait_changed(self) -> None:
         self.changed = anyio.Event()
         await self.changed.wait()
 
-    # A fixed pool of workers, one per slot, shares a queue. At most one idle worker is woken
-    # ahead of need (the "spare"): with fast handlers one worker drains a whole batch in one
-    # go; when a handler blocks, the spare takes the next message and wakes the next spare.
-
     async def _worker(self) -> None:
+        # A worker takes what is there without yielding, so with handlers that do not block
+        # one worker runs a whole batch in one turn of the event loop and its acks leave in
+        # one write to the socket. Only one idle worker waits at the stream (the others wait
+        # for that turn): a batch wakes it, and it wakes the next only as it takes a message.
         while True:
-            if not self.queue:
-                wake = anyio.Event()
-                self.idle.append(wake)
-                await wake.wait()
-                self.spare_woken = False
-                continue
-            delivery = self.queue.popleft()
-            self._wake_spare()
+            try:
+                delivery = self.from_fetcher.receive_nowait()
+            except anyio.WouldBlock:
+                async with self.idle:
+                    try:
+                        delivery = await self.from_fetcher.receive()
+                    except anyio.EndOfStream:
+                        return
             await self._handle(delivery)
 
-    def _wake_spare(self) -> None:
-        if self.queue and self.idle and not self.spare_woken:
-            self.spare_woken = True
-            self.idle.popleft().set()
-
-    async def _fetch_until_stopping(self, sub) -> None:
-        # Fetch in batches: wait until half the slots are free rather than asking the server
+    async def _fetch_until_stopping(self, inbox: str) -> None:
+        # Ask in batches: wait until half the slots are free rather than asking the server
         # for one message at a time (a round trip per message halves throughput).
+        subject = subjects.next_messages(self.spec.stream, self.spec.durable)
+        expires_ns = int(PULL_EXPIRES_S * 1e9)
         while not self.bus.stopping.is_set():
             free = self.max_in_flight - len(self.held)
             if free < self._batch_threshold():
                 await self._wait_changed()
                 continue
+            self.pull = pull = _Pull(free)
+            request = json.dumps({"batch": free, "expires": expires_ns}).encode()
             try:
-                msgs = await sub.fetch(free, timeout=1.0)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except nats.errors.Error as exc:
+                await self.bus.nc.publish(subject, request, reply=inbox)
+            except nats.errors.Error as exc:  # the client's buffer is full while reconnecting
                 log.warning("consumer.fetch_failed", consumer=self.spec.durable, error=repr(exc))
                 await anyio.sleep(0.25)
                 continue
-            for msg in msgs:
-                await self._take(Delivery(msg))
-            self.bus.stats.in_flight = len(self.held)
-            self._wake_spare()
+            # The server ends the request by filling it or at expiry; a request lost with
+            # the connection is given up after a margin, and another is sent.
+            with anyio.move_on_after(PULL_EXPIRES_S + self.bus.settings.request_timeout_s):
+                await pull.ended.wait()
 
-    async def _take(self, delivery: Delivery) -> None:
-        """Queue a fetched message for a worker, unless this consumer already holds it."""
+    async def _on_delivery(self, msg: nats.aio.msg.Msg) -> None:
+        """Callback of the deliveries subscription: a message, or the status of a request."""
+        status = msg.headers.get(STATUS) if msg.headers else None
+        if status is not None:
+            if status == "409":  # the request was refused (consumer deleted, ...): log it
+                log.warning("consumer.pull_refused", consumer=self.spec.durable,
+                            description=msg.headers.get(DESCRIPTION, ""))
+            if status != "100":  # 100 is a heartbeat; 404, 408 and 409 end the request
+                self.pull.ended.set()
+            return
+        pull = self.pull
+        pull.left -= 1
+        if pull.left <= 0:
+            pull.ended.set()
+        delivery = Delivery(msg)
+        if await self._take(delivery):
+            try:
+                try:
+                    self.to_workers.send_nowait(delivery)  # no yield per message (see _worker)
+                except anyio.WouldBlock:
+                    await self.to_workers.send(delivery)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                pass  # stopping: it stays held and is given back with the rest
+
+    async def _take(self, delivery: Delivery) -> bool:
+        """Hold a fetched message for a worker (True), unless this consumer already holds it."""
         held = self.held.get(delivery.msg_id)
         if held is None or (held.is_settled and not held.acked):
             self.held[delivery.msg_id] = delivery
-            self.queue.append(delivery)
-        elif held.stream_seq != delivery.stream_seq or held.acked:
+            self.bus.stats.in_flight = len(self.held)
+            return True
+        if held.stream_seq != delivery.stream_seq or held.acked:
             # Another stored copy of work in hand, or a redelivery racing an ack just sent.
             log.info("message.duplicate_skipped", msg_id=delivery.msg_id,
                      consumer=self.spec.durable, stream_seq=delivery.stream_seq)
-            await _quietly(delivery.msg.ack())
+            await settle_quietly(delivery.msg.ack())
         else:
             held.rebind(delivery)
             log.info("message.redelivery_rebound", msg_id=delivery.msg_id,
                      consumer=self.spec.durable, deliveries=delivery.deliveries)
+        return False
 
     def _batch_threshold(self) -> int:
         # Parked (deferred) deliveries may hold their slots for minutes (the learner keeps
@@ -308,16 +297,18 @@ class _Loop:
         try:
             message = decode(d.msg.data, self.cls)
         except WireError as exc:
-            await self._dead_letter(d.subject, d.stream_seq, d.msg.data, d.deliveries,
+            await self.dead_letters.send(d.subject, d.stream_seq, d.msg.data, d.deliveries,
                                     exc.reason, str(exc))
             await d.ack()
             return
-        bound = structlog.contextvars.bind_contextvars(msg_id=d.msg_id)
+        # Set, not bound and reset: a worker task handles one message at a time, and the
+        # next one's id replaces it (a bind and a reset cost more than a 1 KB decode).
+        _MSG_ID.set(d.msg_id)
         try:
             await self.handler(message, d)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried or dead-lettered
             if d.deliveries >= self.max_deliver:
-                await self._dead_letter(d.subject, d.stream_seq, d.msg.data, d.deliveries,
+                await self.dead_letters.send(d.subject, d.stream_seq, d.msg.data, d.deliveries,
                                         "handler_error", repr(exc))
                 await d.ack()
             else:
@@ -325,8 +316,6 @@ class _Loop:
                             deliveries=d.deliveries, error=repr(exc))
                 await d.nak(delay_s=min(0.5 * 2 ** d.deliveries, 10.0))
             return
-        finally:
-            structlog.contextvars.reset_contextvars(**bound)
         if not d.deferred:
             await d.ack()
         self.bus.stats.processed += 1
@@ -336,47 +325,3 @@ class _Loop:
             await anyio.sleep(self.ack_wait_s / 3)
             for d in list(self.held.values()):
                 await d.keep_alive()
-
-    async def _dead_letter_given_up(self, advisories) -> None:
-        while True:
-            try:
-                msgs = await advisories.fetch(8, timeout=5.0)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except nats.errors.Error:
-                await anyio.sleep(0.5)
-                continue
-            for msg in msgs:
-                try:
-                    await self._on_max_deliveries(msg)
-                except (nats.errors.Error, TimeoutError, BusUnavailable) as exc:
-                    log.warning("consumer.advisory_failed", error=repr(exc))
-                    await _quietly(msg.nak(delay=1.0))
-                else:
-                    await _quietly(msg.ack())
-
-    async def _on_max_deliveries(self, msg) -> None:
-        try:
-            seq = int(json.loads(msg.data)["stream_seq"])
-            raw = await self.bus.js.get_msg(self.spec.stream, seq)
-        except (nats.js.errors.NotFoundError, KeyError, ValueError):
-            return  # already settled (for example dead-lettered by a handler) or not ours
-        await self._dead_letter(raw.subject, seq, raw.data or b"", self.max_deliver,
-                                "max_deliveries",
-                                f"delivered {self.max_deliver} times without an ack "
-                                "(the handling process died or hung each time)")
-        try:
-            await self.bus.js.delete_msg(self.spec.stream, seq)
-        except nats.js.errors.NotFoundError:
-            pass
-
-    async def _dead_letter(self, subject: str, seq: int, payload: bytes, deliveries: int,
-                           reason: str, error: str) -> None:
-        letter = DeadLetter(
-            subject=subject, stream=self.spec.stream, stream_seq=seq,
-            consumer=self.spec.durable, reason=reason, error=error, payload=payload,
-            deliveries=deliveries, instance=self.bus.identity.instance, at=time.time())
-        await self.bus.publish(subjects.dead_letter_subject(self.spec.stream), letter,
-                               msg_id=f"dlq.{self.spec.stream}.{seq}")
-        log.error("message.dead_lettered", reason=reason, error=error, subject=subject,
-                  stream=self.spec.stream, stream_seq=seq, consumer=self.spec.durable)

@@ -29,12 +29,12 @@ from nats.js import api
 
 from bus import subjects
 from bus.codec import encode
-from bus.errors import BusError, BusUnavailable, PermissionDenied
+from bus.errors import BusError, PermissionDenied
 from bus.messages import Message
 from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
 from bus.nats_reclaim import StreamReclaim
-from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, STREAM_FULL
+from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, retry
 
 M = TypeVar("M", bound=Message)
 log = structlog.get_logger("bus")
@@ -96,6 +96,8 @@ class _ConnectionWatch:
         the monotonic time of the latest refusal."""
         self.login_refused = ""
         self.connecting: anyio.CancelScope | None = None
+        self.reconnects = 0
+        "How often the connection came back: a watch opened before then is renewed."
 
     async def on_error(self, exc: Exception) -> None:
         text = str(exc)
@@ -116,6 +118,7 @@ class _ConnectionWatch:
             log.warning("bus.disconnected")
 
     async def on_reconnect(self) -> None:
+        self.reconnects += 1
         log.info("bus.reconnected")
 
 
@@ -170,8 +173,10 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
         watch = _ConnectionWatch(settings.user)
         options = _client_options(settings, identity, watch)
         deadline = time.monotonic() + settings.connect_timeout_s
-        delay = 0.1
-        while True:
+
+        async def attempt() -> "Bus":
+            problem: Exception = TimeoutError(
+                f"no connection within {settings.connect_timeout_s:.0f} s")
             with anyio.CancelScope(deadline=anyio.current_time()
                                    + max(0.0, deadline - time.monotonic())) as watch.connecting:
                 try:
@@ -181,16 +186,15 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
                     bus.watch = watch
                     return bus
                 except (OSError, nats.errors.Error, TimeoutError) as exc:
-                    problem: Exception = exc
+                    problem = exc
             if watch.login_refused:
                 raise PermissionDenied(f"NATS at {settings.url} refused the login of user "
                                        f"{settings.user or '(none)'}: {watch.login_refused}")
-            if watch.connecting.cancelled_caught:
-                problem = TimeoutError(f"no connection within {settings.connect_timeout_s:.0f} s")
-            if time.monotonic() + delay > deadline:
-                raise BusUnavailable(f"no NATS server at {settings.url}: {problem}")
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            raise problem
+
+        return await retry(attempt, what=f"no NATS server at {settings.url}",
+                           deadline_s=settings.connect_timeout_s, first_delay_s=0.1,
+                           retry_on=(OSError, nats.errors.Error, TimeoutError))
 
     async def close(self) -> None:
         """Flush and close; shielded so a cancelled caller still leaves cleanly."""
@@ -280,31 +284,21 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
         """
         data = encode(msg)
         headers = {"Nats-Msg-Id": msg_id}
-        deadline = time.monotonic() + self.settings.publish_deadline_s
-        delay = 0.05
-        while True:
-            tried_at = time.monotonic()
-            try:
-                ack = await self.js.publish(subject, data, headers=headers,
-                                            timeout=self.settings.request_timeout_s)
-                return bool(ack.duplicate)
-            except nats.js.errors.APIError as exc:
-                if exc.err_code not in STREAM_FULL:
-                    raise
-                problem: Exception = exc
-                if when_full is not None and await self._make_room(when_full, subject):
-                    continue
-            except RETRYABLE as exc:
-                self.raise_if_denied(tried_at, subject)
-                problem = exc
-            if time.monotonic() + delay > deadline:
-                raise BusUnavailable(f"publish to {subject} failed: {problem!r}")
-            log.warning("bus.publish_retried", subject=subject, msg_id=msg_id,
-                        error=repr(problem))
-            await anyio.sleep(delay)
-            delay = min(delay * 2, 2.0)
 
-    async def _make_room(self, when_full: Callable[[], Awaitable[int]], subject: str) -> bool:
+        async def publish_once() -> bool:
+            ack = await self.js.publish(subject, data, headers=headers,
+                                        timeout=self.settings.request_timeout_s)
+            return bool(ack.duplicate)
+
+        return await retry(publish_once, what=f"publish to {subject} failed",
+                           deadline_s=self.settings.publish_deadline_s,
+                           denied=lambda since: self.raise_if_denied(since, subject),
+                           when_full=lambda: self._make_room(when_full, subject),
+                           log_event="bus.publish_retried", subject=subject, msg_id=msg_id)
+
+    async def _make_room(self, when_full: Callable[[], Awaitable[int]] | None, subject: str) -> bool:
+        if when_full is None:
+            return False
         try:
             return await when_full() > 0
         except (BusError, nats.errors.Error) as exc:

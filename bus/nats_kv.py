@@ -7,20 +7,23 @@ JetStream context, settings and refusal check); it creates no buckets.
 
 from __future__ import annotations
 
-import time
 from typing import AsyncIterator, TypeVar
 
 import anyio
 import nats.errors
 import nats.js.errors
+import structlog
 
 from bus import subjects
 from bus.codec import decode, encode
-from bus.errors import BusUnavailable
+from bus.errors import WireError
 from bus.messages import Message
-from bus.nats_retry import RETRYABLE
+from bus.nats_retry import Renew, renewing, retry
 
 M = TypeVar("M", bound=Message)
+log = structlog.get_logger("bus")
+RENEW_CHECK_S = 2.0
+"How often a quiet watch checks whether the connection came back since it was opened."
 
 
 class KeyValueCalls:
@@ -32,17 +35,15 @@ class KeyValueCalls:
 
     async def kv_put_bytes(self, bucket: str, key: str, value: bytes) -> None:
         """Write raw bytes under `key` (run metadata that is not a message)."""
-        with anyio.fail_after(self.settings.publish_deadline_s):
-            while True:
-                tried_at = time.monotonic()
-                try:
-                    kv = await self.js.key_value(bucket)
-                    await kv.put(key, value)
-                    return
-                except RETRYABLE:
-                    self.raise_if_denied(tried_at, subjects.kv_subject(bucket, key),
-                                         containing=subjects.kv_stream(bucket))
-                    await anyio.sleep(0.25)
+
+        async def put() -> None:
+            kv = await self.js.key_value(bucket)
+            await kv.put(key, value)
+
+        await retry(put, what=f"put {bucket}/{key}", deadline_s=self.settings.publish_deadline_s,
+                    denied=lambda since: self.raise_if_denied(
+                        since, subjects.kv_subject(bucket, key),
+                        containing=subjects.kv_stream(bucket)))
 
     async def kv_get_bytes(self, bucket: str, key: str) -> bytes | None:
         """Read raw bytes under `key`, or None."""
@@ -57,17 +58,6 @@ class KeyValueCalls:
         """Read `key`, or None if it is absent or deleted."""
         value = await self.kv_get_bytes(bucket, key)
         return decode(value, cls) if value else None
-
-    async def kv_get_patiently(self, bucket: str, key: str, cls: type[M]) -> M | None:
-        """`kv_get`, retrying through an outage; BusUnavailable after the publish deadline."""
-        deadline = time.monotonic() + self.settings.publish_deadline_s
-        while True:
-            try:
-                return await self.kv_get(bucket, key, cls)
-            except RETRYABLE as exc:
-                if time.monotonic() > deadline:
-                    raise BusUnavailable(f"reading {bucket}/{key}: {exc!r}") from exc
-                await anyio.sleep(0.25)
 
     async def kv_delete(self, bucket: str, key: str) -> None:
         """Delete `key` if present."""
@@ -93,26 +83,43 @@ class KeyValueCalls:
         return out
 
     async def kv_watch(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
-        """Yield the current value of `key` (if any), then every later update."""
-        try:
-            kv = await self.js.key_value(bucket)
-            watcher = await kv.watch(key, ignore_deletes=True)
-        except nats.errors.Error as exc:
-            raise BusUnavailable(f"watch {bucket}/{key}: {exc!r}") from exc
+        """Yield the current value of `key` (if any), then every later update, for good.
+
+        The watch is renewed (`bus.nats_retry.renewing`) when the server goes away or the
+        connection comes back, and a renewed watch yields the current value again: a reader
+        must take a value it has seen before as a no-op. `key` may hold wildcards.
+        """
+        async for value in renewing(lambda: self._watch_once(bucket, key, cls),
+                                    what=f"watch {bucket}/{key}"):
+            yield value
+
+    async def _watch_once(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
+        """One watch, until the connection is lost or comes back (then `Renew`)."""
+        reconnects = self.watch.reconnects
+        kv = await self.js.key_value(bucket)
+        watcher = await kv.watch(key, ignore_deletes=True)
         try:
             while True:
                 try:
-                    entry = await watcher.updates(timeout=30)
+                    entry = await watcher.updates(timeout=RENEW_CHECK_S)
                 except (nats.errors.TimeoutError, TimeoutError):
+                    # The server forgets the watch's consumer when it restarts; the client
+                    # re-creates it only if its heartbeat task survived the outage.
+                    if self.watch.reconnects != reconnects:
+                        raise Renew("the connection came back") from None
                     continue
-                except nats.errors.Error as exc:
-                    raise BusUnavailable(f"watch {bucket}/{key}: {exc!r}") from exc
-                if entry is not None and entry.value:
-                    yield decode(entry.value, cls)
+                if entry is None or not entry.value:
+                    continue
+                try:
+                    value = decode(entry.value, cls)
+                except WireError as exc:  # renewing would read it again: pass it by
+                    log.warning("bus.kv_value_unreadable", bucket=bucket, key=entry.key,
+                                error=str(exc))
+                    continue
+                yield value
         finally:
             with anyio.CancelScope(shield=True):
                 try:
                     await watcher.stop()
                 except nats.errors.Error:
                     pass
-

@@ -7,7 +7,7 @@ it to look. A mixin of `bus.nats_bus.Bus`.
 
 from __future__ import annotations
 
-import time
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import AsyncIterator, TypeVar
 
@@ -18,7 +18,7 @@ from nats.js import api
 
 from bus.codec import decode
 from bus.messages import Message
-from bus.nats_retry import RETRYABLE
+from bus.nats_retry import RETRYABLE, renewing, retry
 
 M = TypeVar("M", bound=Message)
 
@@ -33,6 +33,14 @@ class StreamState:
     consumers: dict[str, dict[str, int]]
 
 
+@dataclass
+class _Read:
+    """Where a replay is: renewed reads go on from the message after `after`."""
+
+    since: float | None
+    after: int = 0
+    "Stream sequence of the last message given."
+
 
 class StreamReads:
     """`replay`, `snapshot` and `stream_states`; mixed into `Bus`."""
@@ -44,67 +52,79 @@ class StreamReads:
 
         Starts at Unix time `since` (or the beginning); with `follow=False` it stops once
         caught up. Payloads that do not decode come back with message None. Following, it
-        rides through a server restart (which loses its in-memory consumer): it reads on
-        from the message after the last one it gave, so nothing is skipped or repeated.
+        rides through a server restart (which loses its in-memory consumer): the read is
+        renewed (`bus.nats_retry.renewing`) from the message after the last one it gave, so
+        nothing is skipped or repeated.
         """
-        after = 0
-        "Stream sequence of the last message given."
-        while True:
-            sub = await self._replay_subscription(stream, filter_subject, since, after, follow)
-            try:
-                while True:
-                    try:
-                        msgs = await sub.fetch(batch, timeout=1.0)
-                    except (nats.errors.TimeoutError, TimeoutError):
-                        if not follow:
-                            return
-                        continue
-                    except nats.errors.Error:
-                        if not follow:
-                            raise
-                        break  # the server went away or restarted: subscribe again
-                    for msg in msgs:
-                        after = msg.metadata.sequence.stream
-                        try:
-                            value: M | None = decode(msg.data, cls)
-                        except Exception:  # noqa: BLE001 - shown raw to the reader
-                            value = None
-                        yield msg.subject, value, msg.data
-                    if not follow and msgs and msgs[-1].metadata.num_pending == 0:
-                        return
-            finally:
-                with anyio.CancelScope(shield=True):
-                    try:
-                        await sub.unsubscribe()
-                    except nats.errors.Error:
-                        pass
-            await anyio.sleep(0.5)
+        read = _Read(since)
+        if not follow:
+            async with aclosing(self._read_once(stream, filter_subject, cls, read, batch,
+                                                follow=False)) as items:
+                async for item in items:
+                    yield item
+            return
+        async for item in renewing(lambda: self._read_once(stream, filter_subject, cls, read,
+                                                           batch, follow=True),
+                                   what=f"replay {stream}", first_delay_s=0.5):
+            yield item
 
-    async def _replay_subscription(self, stream: str, filter_subject: str, since: float | None,
-                                   after: int, retry: bool):
-        """An ephemeral, unacked consumer from the message after `after` (else from `since`,
-        else the start); retried through outages when `retry`."""
+    async def _read_once(self, stream: str, filter_subject: str, cls: type[M], read: "_Read",
+                         batch: int, *, follow: bool):
+        """One ephemeral consumer's worth of `replay`, from the message after `read.after`."""
+        sub = await self._replay_subscription(stream, filter_subject, read, retry_=follow)
+        try:
+            while True:
+                try:
+                    msgs = await sub.fetch(batch, timeout=1.0)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    if not follow:
+                        return
+                    continue
+                for msg in msgs:
+                    read.after = msg.metadata.sequence.stream
+                    try:
+                        value: M | None = decode(msg.data, cls)
+                    except Exception:  # noqa: BLE001 - shown raw to the reader
+                        value = None
+                    yield msg.subject, value, msg.data
+                if not follow and msgs and msgs[-1].metadata.num_pending == 0:
+                    return
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await sub.unsubscribe()
+                except nats.errors.Error:
+                    pass
+
+    async def _replay_subscription(self, stream: str, filter_subject: str, read: "_Read",
+                                   retry_: bool):
+        """An ephemeral, unacked consumer from the message after `read.after` (else from
+        `read.since`, else the start); retried through outages when `retry_`, also while the
+        stream does not exist yet."""
         import datetime as dt
 
-        if after:
-            start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=after + 1)
-        elif since:
+        if read.after:
+            start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
+                         opt_start_seq=read.after + 1)
+        elif read.since:
             start = dict(deliver_policy=api.DeliverPolicy.BY_START_TIME,
-                         opt_start_time=dt.datetime.fromtimestamp(since, dt.timezone.utc).isoformat())
+                         opt_start_time=dt.datetime.fromtimestamp(
+                             read.since, dt.timezone.utc).isoformat())
         else:
             start = dict(deliver_policy=api.DeliverPolicy.ALL)
         config = api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, inactive_threshold=60.0,
                                     mem_storage=True, **start)
-        while True:
-            tried_at = time.monotonic()
-            try:
-                return await self.js.pull_subscribe(filter_subject, stream=stream, config=config)
-            except (*RETRYABLE, nats.js.errors.APIError):
-                if not retry:
-                    raise
-                # A refused request times out like an outage: refusals are not retried.
-                self.raise_if_denied(tried_at, "", containing=f"$JS.API.CONSUMER.CREATE.{stream}")
-                await anyio.sleep(0.5)
+
+        def subscribe():
+            return self.js.pull_subscribe(filter_subject, stream=stream, config=config)
+
+        if not retry_:
+            return await subscribe()
+        return await retry(subscribe, what=f"replay {stream}",
+                           deadline_s=self.settings.publish_deadline_s, first_delay_s=0.5,
+                           max_delay_s=0.5, retry_on=(*RETRYABLE, nats.js.errors.APIError),
+                           denied=lambda since: self.raise_if_denied(
+                               since, "", containing=f"$JS.API.CONSUMER.CREATE.{stream}"))
 
     async def snapshot(self, stream: str, cls: type[M]) -> list[tuple[int, M | None]]:
         """Every message stored in `stream` now, by sequence, without a consumer.

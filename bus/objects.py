@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from typing import Sequence
 from datetime import datetime, timezone
@@ -28,7 +27,7 @@ from nats.js.kv import MSG_ROLLUP_SUBJECT
 
 from bus.errors import BusUnavailable, ObjectCorrupt, ObjectMissing
 from bus.nats_bus import Bus
-from bus.nats_retry import RETRYABLE
+from bus.nats_retry import RETRYABLE, is_outage, retry
 
 log = structlog.get_logger("bus.objects")
 
@@ -82,42 +81,29 @@ async def put_object(bus: Bus, bucket: str, name: str,
     if isinstance(data, (bytes, bytearray, memoryview)):
         data = [data]
     parts = [memoryview(p).cast("B") for p in data]
-    deadline = time.monotonic() + bus.settings.publish_deadline_s
-    leftover = ""
-    "Chunk nuid of a try cut off by an outage, purged before the next try."
-    while True:
-        nuid = bus.nc._nuid.next().decode()  # the object layout names chunks by a fresh nuid
-        tried_at = time.monotonic()
-        try:
-            if leftover:
-                await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{leftover}")
-                leftover = ""
-            stored, old = await _put_once(bus, bucket, name, parts, nuid)
-            break
-        except Exception as exc:
-            if not _outage(exc):
-                raise
-            problem = exc
-        # A refused publish times out like an outage: refusals are not retried.
-        bus.raise_if_denied(tried_at, "", containing=f"$O.{bucket}.")
-        leftover = leftover or nuid
-        if time.monotonic() > deadline:
-            raise BusUnavailable(f"put {bucket}/{name}: {problem!r}")
-        log.warning("bus.object_put_retried", bucket=bucket, name=name, error=repr(problem))
-        await anyio.sleep(0.5)
+    tries: list[str] = []
+    "Chunk nuids of the tries so far; one cut off by an outage is purged before the next."
+
+    async def put_once() -> tuple[StoredObject, api.ObjectInfo | None]:
+        if tries:
+            await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{tries[-1]}")
+        tries.append(bus.nc._nuid.next().decode())  # the layout names chunks by a fresh nuid
+        return await _put_once(bus, bucket, name, parts, tries[-1])
+
+    # A refused publish times out like an outage: refusals are not retried.
+    stored, old = await retry(put_once, what=f"put {bucket}/{name}",
+                              deadline_s=bus.settings.publish_deadline_s,
+                              first_delay_s=0.5, max_delay_s=0.5,
+                              denied=lambda since: bus.raise_if_denied(
+                                  since, "", containing=f"$O.{bucket}."),
+                              log_event="bus.object_put_retried", bucket=bucket, name=name)
+    nuid = tries[-1]
     if old is not None and old.nuid != nuid:
         try:
             await bus.js.purge_stream(_stream(bucket), subject=f"$O.{bucket}.C.{old.nuid}")
         except RETRYABLE as exc:  # stored all the same; the old chunks stay behind
             log.warning("bus.object_purge_failed", bucket=bucket, name=name, error=repr(exc))
     return stored
-
-
-def _outage(exc: BaseException) -> bool:
-    """True if `exc`, or every error of an exception group, means the server is out of reach."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(RETRYABLE)[1] is None
-    return isinstance(exc, RETRYABLE)
 
 
 async def _put_once(bus: Bus, bucket: str, name: str, parts: list[memoryview],
@@ -148,7 +134,7 @@ async def _put_once(bus: Bus, bucket: str, name: str, parts: list[memoryview],
         await bus.js.publish(_meta_subject(bucket, name), json.dumps(info.as_dict()).encode(),
                              headers={api.Header.ROLLUP: MSG_ROLLUP_SUBJECT})
     except BaseException as exc:
-        if not _outage(exc):  # after an outage the caller purges, once the server is back
+        if not is_outage(exc):  # after an outage the caller purges, once the server is back
             with anyio.CancelScope(shield=True):
                 await bus.js.purge_stream(_stream(bucket), subject=chunk_subject)
         raise

@@ -186,6 +186,14 @@ def max_deliveries_advisory(stream: str, consumer: str) -> str:
     return f"{MAX_DELIVERIES}.{stream}.{consumer}"
 
 
+JS_API = "$JS.API"
+
+
+def next_messages(stream: str, durable: str) -> str:
+    """JetStream API subject a pull consumer's requests for more messages go to."""
+    return f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{durable}"
+
+
 # --- topology ------------------------------------------------------------------------------
 
 

@@ -53,16 +53,11 @@ class WeightFollower:
                 await self._loaded.wait()
 
     async def _watch(self) -> None:
-        while True:
-            try:
-                async for record in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
-                                                      WeightVersion):
-                    if self.announced is None or record.version > self.announced.version:
-                        self.announced = record
-                        self._announced_changed.set()
-            except (BusError, OSError) as exc:
-                log.warning("generator.version_watch_failed", error=repr(exc))
-                await anyio.sleep(1.0)
+        async for record in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                              WeightVersion):
+            if self.announced is None or record.version > self.announced.version:
+                self.announced = record
+                self._announced_changed.set()
 
     async def _load_announced(self) -> None:
         while True:

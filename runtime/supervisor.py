@@ -112,14 +112,9 @@ class Supervisor:
             log.info("supervisor.scaled", kind=kind, before=len(live), after=count)
 
     async def _follow_scale_targets(self) -> None:
-        while True:
-            try:
-                async for target in self.bus.kv_watch(subjects.BUCKET_RUN, "scale.*", ScaleTarget):
-                    if self.counts().get(target.kind, 0) != target.count:
-                        self.scale(target.kind, target.count)
-            except (BusUnavailable, OSError, Exception) as exc:  # noqa: BLE001 - keep following
-                log.warning("supervisor.scale_watch_failed", error=repr(exc))
-                await anyio.sleep(1.0)
+        async for target in self.bus.kv_watch(subjects.BUCKET_RUN, "scale.*", ScaleTarget):
+            if self.counts().get(target.kind, 0) != target.count:
+                self.scale(target.kind, target.count)
 
     def _command(self, slot: Slot) -> list[str]:
         return [sys.executable, "-m", "runtime.actor_main", "--kind", slot.kind,

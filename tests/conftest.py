@@ -6,6 +6,7 @@ on a free port with a fresh file store, so it can kill -9 and restart it. Nothin
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -13,10 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
+import anyio
 import msgspec
 import pytest
 
 from bus.nats_bus import Bus, BusSettings, Identity
+from bus.subjects import ConsumerSpec
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.embedded import EmbeddedServer
@@ -41,6 +44,41 @@ def with_caps(cfg: RunConfig, *, trials_max_mb: int | None = None, **bus_caps: i
         monitor = msgspec.structs.replace(monitor, trials_max_mb=trials_max_mb)
     return msgspec.structs.replace(cfg, bus=msgspec.structs.replace(cfg.bus, **bus_caps),
                                    monitor=monitor)
+
+
+async def until(done, timeout_s: float = 30.0, what=None) -> None:
+    """Return once `done()` (a plain or an async predicate on some state) is true; after
+    `timeout_s`, TimeoutError saying `what` (a text, or a function giving one then). Tests
+    wait for a thing to be so, not for time to pass."""
+    try:
+        with anyio.fail_after(timeout_s):
+            while True:
+                result = done()
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
+                    return
+                await anyio.sleep(0.05)
+    except TimeoutError:
+        if what is None:
+            raise
+        raise TimeoutError(f"not within {timeout_s} s: {what() if callable(what) else what}") from None
+
+
+async def backlog(bus: Bus, spec: ConsumerSpec) -> tuple[int, int] | None:
+    """(pending, in flight) of the durable consumer `spec`; None while it does not exist."""
+    [state] = await bus.stream_states([spec.stream])
+    counts = state.consumers.get(spec.durable)
+    return None if counts is None else (counts["pending"], counts["in_flight"])
+
+
+async def handled(bus: Bus, *specs: ConsumerSpec, timeout_s: float = 30.0) -> None:
+    """Wait until each durable consumer in `specs` has nothing pending and nothing in flight:
+    everything sent to it so far was handled and acked."""
+    async def idle() -> bool:
+        return all([await backlog(bus, spec) == (0, 0) for spec in specs])
+
+    await until(idle, timeout_s)
 
 
 @pytest.fixture

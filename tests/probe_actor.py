@@ -40,9 +40,8 @@ async def run(bus: Bus, config: RunConfig, *,
                              executor=bus.identity.instance, finished_at=time.time())
         await bus.publish(subjects.EXEC_DONE, done, msg_id=req.request_id)
 
-    task_status.started()
     await consume(bus, subjects.CONSUMER_EXEC, ExecutionRequest, handle, max_in_flight=4,
-                  drain_s=config.supervisor.drain_s)
+                  drain_s=config.supervisor.drain_s, task_status=task_status)
 
 
 async def try_publishing_a_verdict(bus, req: ExecutionRequest) -> str:

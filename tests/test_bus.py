@@ -4,6 +4,7 @@ backpressure, KV and the weights object store."""
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import anyio
 import msgpack
@@ -18,7 +19,7 @@ from bus.objects import delete_object, get_object, list_objects, put_object
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.embedded import EmbeddedServer
-from tests.conftest import bus_settings, with_caps
+from tests.conftest import bus_settings, until, with_caps
 from tests.test_codec import samples
 
 ASSIGNMENT = next(s for s in samples() if type(s).__name__ == "TaskAssignment")
@@ -38,11 +39,17 @@ async def dead_letters(bus) -> list[DeadLetter]:
     return out
 
 
-async def serve_for(bus, handler, seconds: float, **kwargs) -> None:
+async def stored(bus, stream: str) -> int:
+    (state,) = await bus.stream_states([stream])
+    return state.messages
+
+
+async def serve_until(bus, handler, done, *, timeout_s: float = 20.0, **kwargs) -> None:
+    """Serve the tasks consumer with `handler` until `done()` is true, then stop."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), handler,
-                                      **kwargs))
-        await anyio.sleep(seconds)
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), handler,
+                               **kwargs))
+        await until(done, timeout_s)
         bus.stopping.set()
 
 
@@ -74,7 +81,11 @@ async def test_bad_payloads_go_to_dead_letter_and_consumer_keeps_serving(bus):
     async def handle(msg, delivery):
         seen.append(msg.assignment_id)
 
-    await serve_for(bus, handle, 2.0)
+    async def settled() -> bool:  # handled or dead-lettered, every one
+        return (await stored(bus, subjects.STREAM_TASKS) == 0
+                and await stored(bus, subjects.STREAM_DLQ) == 2)
+
+    await serve_until(bus, handle, settled)
     assert seen == ["a1", "a2"]
     letters = await dead_letters(bus)
     assert sorted(l.reason for l in letters) == ["malformed", "schema_mismatch"]
@@ -95,7 +106,10 @@ async def test_failing_handler_is_retried_then_dead_lettered(bus):
         tries.append(delivery.deliveries)
         raise RuntimeError("boom")
 
-    await serve_for(bus, handle, 6.0, max_deliver=3)
+    async def dead_lettered() -> bool:
+        return await stored(bus, subjects.STREAM_DLQ) == 1
+
+    await serve_until(bus, handle, dead_lettered, max_deliver=3)
     assert tries == [1, 2, 3]
     (letter,) = await dead_letters(bus)
     assert letter.reason == "handler_error" and "boom" in letter.error
@@ -115,8 +129,7 @@ async def test_in_flight_work_is_bounded(bus):
         held -= 1
         done.append(msg.assignment_id)
 
-    await serve_for(bus, handle, 3.0, max_in_flight=4)
-    assert len(done) == 30
+    await serve_until(bus, handle, lambda: len(done) == 30, max_in_flight=4)
     assert peak == 4
 
 
@@ -131,18 +144,19 @@ async def test_deferred_deliveries_do_not_stall_fetching(bus):
         delivery.defer()
         got.append(delivery)
 
+    async def holding(n: int) -> bool:
+        # `n` handed over, 8 held, no pull request outstanding: nothing more can come
+        # until a slot frees.
+        info = await bus.js.consumer_info(subjects.STREAM_TASKS, subjects.CONSUMER_TASKS.durable)
+        return len(got) == n and info.num_ack_pending == 8 and not info.num_waiting
+
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), park,
-                                      max_in_flight=8, drain_s=0.5))
-        with anyio.fail_after(10):
-            while len(got) < 8:
-                await anyio.sleep(0.05)
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), park,
+                               max_in_flight=8, drain_s=0.5))
+        await until(lambda: holding(8))
         for delivery in got[:3]:
             await delivery.ack()
-        with anyio.fail_after(10):
-            while len(got) < 11:
-                await anyio.sleep(0.05)
-        await anyio.sleep(0.5)
+        await until(lambda: holding(11))
         received = len(got)
         for delivery in got[3:]:
             await delivery.ack()
@@ -170,8 +184,10 @@ async def test_stop_gives_back_unfinished_work(bus):
     async def fast(msg, delivery):
         again.append((msg.assignment_id, delivery.deliveries))
 
-    await serve_for(bus, fast, 1.5)
-    assert again == [("a1", 2)]
+    # A sentinel published after the stop: the server sends the nak'ed message before it.
+    await bus.publish(subjects.TASKS, assignment(2), msg_id="a2")
+    await serve_until(bus, fast, lambda: ("a2", 1) in again)
+    assert again == [("a1", 2), ("a2", 1)]
 
 
 async def test_kv_holds_and_watches_values(bus):
@@ -192,6 +208,49 @@ async def test_kv_holds_and_watches_values(bus):
     for key, target in targets.items():
         await bus.kv_put(subjects.BUCKET_RUN, key, target)
     assert await bus.kv_items(subjects.BUCKET_RUN, ScaleTarget, prefix="scale.") == targets
+
+
+async def test_consume_reports_started_once_its_consumer_exists(bus):
+    """`await tg.start(consume, ...)` returns with the durable consumer on the server, so a
+    message published right after is delivered to it."""
+    seen = []
+
+    async def handle(msg, delivery):
+        seen.append(msg.assignment_id)
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), handle))
+        info = await bus.js.consumer_info(subjects.STREAM_TASKS, subjects.CONSUMER_TASKS.durable)
+        assert info.config.durable_name == subjects.CONSUMER_TASKS.durable
+        await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
+        await until(lambda: seen == ["a1"])
+        bus.stopping.set()
+
+
+async def test_kv_watch_rides_through_a_server_restart(bus, nats_server):
+    """A KV watch (monitor, sampler, generators) is renewed after a kill -9 and restart of
+    the server: a value put afterwards still reaches it."""
+    seen: list[int] = []
+
+    async def watch() -> None:
+        async for value in bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                                        WeightVersion):
+            seen.append(value.version)
+
+    await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                     WeightVersion(version=1, object_name="v1"))
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await until(lambda: seen == [1])
+            nats_server.kill()
+            await until(lambda: not bus.nc.is_connected)
+            await anyio.to_thread.run_sync(nats_server.start)
+            await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                             WeightVersion(version=2, object_name="v2"))
+            await until(lambda: 2 in seen, timeout_s=30)
+            tg.cancel_scope.cancel()
+    assert set(seen) == {1, 2} and seen[-1] == 2  # a renewed watch may repeat a value
 
 
 async def test_weights_object_round_trips_with_checksum(bus):
@@ -249,7 +308,8 @@ async def test_following_replay_rides_through_a_server_restart(bus, nats_server)
             while len(seen) < 3:
                 await anyio.sleep(0.05)
             nats_server.kill()
-            await anyio.sleep(1.5)
+            while bus.nc.is_connected:  # the client has seen the server go
+                await anyio.sleep(0.05)
             await anyio.to_thread.run_sync(nats_server.start)
             await publish(range(4, 7))
     assert seen == [f"e{n}" for n in range(1, 7)]
@@ -260,10 +320,17 @@ async def test_object_put_through_a_server_outage_stores_it_once(bus, nats_serve
     it is back: the object reads back whole and the cut-off try leaves no chunks behind."""
     data = os.urandom(5 * 1024 * 1024 + 7)
     nats_server.kill()
+    started = anyio.Event()
+
+    async def put() -> None:
+        started.set()
+        await put_object(bus, subjects.BUCKET_WEIGHTS, "v1", data)
+
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
-            tg.start_soon(put_object, bus, subjects.BUCKET_WEIGHTS, "v1", data)
-            await anyio.sleep(1.5)
+            tg.start_soon(put)
+            await started.wait()  # its first chunks fill the client's buffer at once
+            await until(lambda: bus.nc.is_reconnecting)  # the client gave that connection up
             await anyio.to_thread.run_sync(nats_server.start)
     assert await get_object(bus, subjects.BUCKET_WEIGHTS, "v1") == data
     (state,) = await bus.stream_states(["OBJ_" + subjects.BUCKET_WEIGHTS])

@@ -23,7 +23,7 @@ from bus.nats_bus import Bus, Identity
 from envs.config import EnvEntry, EnvsConfig, EvaluatorConfig
 from runtime import log as log_mod
 from runtime.config import RunConfig
-from tests.conftest import bus_settings
+from tests.conftest import bus_settings, handled
 
 CONFIG = RunConfig(
     envs=EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.5, gate=False),
@@ -106,12 +106,12 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
                 while len(got) < 10:
                     await anyio.sleep(0.05)
             await _train_rewards(bus, got[0].task, 0, 0.1)
-            await anyio.sleep(0.5)
+            await handled(bus, subjects.CONSUMER_EVALUATOR_TRAIN)  # the evaluator has them
             await _answer(bus, got, 0)
             first = (await _events(bus, "evaluator.evaluated", 1))[0]
             round0 = await _round(bus, 0)  # what a holding learner waits for
             await _train_rewards(bus, got[0].task, 1, 0.6)
-            await anyio.sleep(0.5)
+            await handled(bus, subjects.CONSUMER_EVALUATOR_TRAIN)
             await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                              WeightVersion(version=1, object_name="", created_at=time.time()))
             with anyio.fail_after(30):

@@ -15,6 +15,7 @@ from bus import subjects
 from bus.codec import decode
 from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, Heartbeat, Job, Limits, Task,
                           Verifier)
+from tests.conftest import backlog, until
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
 # make_stack sets [bus] ack_wait_s = 3 s, so a killed executor's work comes back quickly.
@@ -105,7 +106,11 @@ async def test_killed_executor_work_is_redelivered(bus, make_stack, built_envs):
     _, pid = await executor_pid(bus)
     req = request("slow/t0/r0", ["python3", "-c", "import time; time.sleep(3); print('slept')"])
     await bus.publish(subjects.EXEC_REQUESTS, req, msg_id=req.request_id)
-    await anyio.sleep(1.5)  # the job is running now
+
+    async def taken() -> bool:  # the executor holds the request: its job is starting
+        return await backlog(bus, subjects.CONSUMER_EXEC) == (0, 1)
+
+    await until(taken)
     os.kill(pid, signal.SIGKILL)
     started = time.monotonic()
     done = await collect(bus, 1, timeout_s=60)

@@ -19,6 +19,7 @@ from bus.messages import Attempt, Task, TaskAssignment, Verifier, WeightVersion
 from policy.config import GeneratorConfig, ModelConfig, SamplingConfig
 from policy.versions import announce, publish_weights
 from runtime.config import RunConfig
+from tests.conftest import backlog, handled, until
 
 
 def make_task(n: int = 0) -> Task:
@@ -87,8 +88,7 @@ async def test_redelivered_assignment_stores_no_second_attempt(bus):
         await attempts_on_bus(bus, 3)
         await bus.publish(subjects.TASKS, assignment("a1", 3), msg_id="a1-again")
         await bus.publish(subjects.TASKS, assignment("a2", 1), msg_id="a2")
-        got = await attempts_on_bus(bus, 4)
-        await anyio.sleep(0.5)
+        await handled(bus, subjects.CONSUMER_TASKS)  # both handled and acked: no more to come
         got = await attempts_on_bus(bus, 4)
         bus.stopping.set()
     assert sorted(a.attempt_id for a in got) == ["a1.0", "a1.1", "a1.2", "a2.0"]
@@ -101,14 +101,21 @@ async def test_work_waits_for_its_admitted_version(bus):
         await announce(bus, WeightVersion(version=1, object_name=""))
         await bus.publish(subjects.TASKS, assignment("early", 1, version=1), msg_id="early")
         await bus.publish(subjects.TASKS, assignment("late", 1, version=2), msg_id="late")
-        [first] = await attempts_on_bus(bus, 1)
-        await anyio.sleep(1.0)
-        assert len(await attempts_on_bus(bus, 1)) == 1, "late work ran on old weights"
+        await bus.publish(subjects.TASKS, assignment("sentinel", 1, version=1), msg_id="sentinel")
+        # Handed over after "late", the sentinel is done while "late" is still held, waiting.
+        first, sentinel = sorted(await attempts_on_bus(bus, 2), key=lambda a: a.group_id)
+
+        async def only_late_held() -> bool:
+            return await backlog(bus, subjects.CONSUMER_TASKS) == (0, 1)
+
+        await until(only_late_held)
+        assert len(await attempts_on_bus(bus, 2)) == 2, "late work ran on old weights"
         await publish_weights(bus, 2, b"w" * (3 << 20), step=1, samples=8)
-        got = await attempts_on_bus(bus, 2)
+        got = await attempts_on_bus(bus, 3)
         bus.stopping.set()
     versions = {a.group_id: a.policy_version for a in got}
-    assert first.group_id == "early" and versions == {"early": 1, "late": 2}
+    assert (first.group_id, sentinel.group_id) == ("early", "sentinel")
+    assert versions == {"early": 1, "sentinel": 1, "late": 2}
     assert bus.stats.policy_version == 2
 
 

@@ -17,6 +17,7 @@ from bus.messages import Attempt, DeadLetter, Verdict, Verifier
 from judging.config import JudgeConfig
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import SandboxConfig
+from tests.conftest import handled
 from tests.judging_support import attempt, backend, humaneval, io_task  # noqa: F401
 from tests.test_judge_kinds import PROFILE
 
@@ -46,6 +47,18 @@ async def verdicts(bus, count: int, timeout_s: float = 60) -> list[tuple[str, Ve
             if len(found) == count:
                 return found
     return found
+
+
+async def stored_verdicts(bus) -> list[Verdict]:
+    return [v async for _, v, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>",
+                                              Verdict, follow=False)]
+
+
+async def all_handled(bus) -> None:
+    """Wait until the judge and the executor have handled and acked everything sent to them
+    (checked in pipeline order, so work moving on is not missed): nothing more can come."""
+    await handled(bus, subjects.CONSUMER_ATTEMPTS, subjects.CONSUMER_EXEC,
+                  subjects.CONSUMER_EXEC_DONE, timeout_s=60)
 
 
 async def take_one(bus, spec: subjects.ConsumerSpec, cls, timeout_s: float = 60):
@@ -82,8 +95,9 @@ async def test_attempts_become_verdicts_with_every_field(bus, backend):
         await publish(bus, *batch)
         await publish(bus, batch[0], msg_id="g1.0-redelivered")
         got = {v.verdict_id: (subject, v) for subject, v in await verdicts(bus, len(batch))}
-        await anyio.sleep(1.0)  # room for a second verdict of g1.0, which must not come
+        await all_handled(bus)  # the copy of g1.0 too: no second verdict can come now
     assert set(got) == {a.attempt_id for a in batch}
+    assert len(await stored_verdicts(bus)) == len(batch)
     expect = {"g1.0": ("pass", "", 1.0), "g1.1": ("fail", "model.wrong_answer", None),
               "g1.2": ("fail", "model.syntax_error", -0.5), "g2.0": ("pass", "", 1.0),
               "g1.3": ("hack", "hack.early_exit", -1.0), "e1.0": ("pass", "", 1.0)}
@@ -117,9 +131,8 @@ async def test_only_one_verdict_is_stored_per_attempt(bus, backend):
         await publish(bus, a)
         await verdicts(bus, 1)
         await publish(bus, a, msg_id="d1.0-again")
-        await anyio.sleep(2.0)
-    stored = [v async for _, v, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict, follow=False)]
-    assert [v.verdict_id for v in stored] == ["d1.0"]
+        await all_handled(bus)
+    assert [v.verdict_id for v in await stored_verdicts(bus)] == ["d1.0"]
 
 
 async def test_sandbox_failures_are_retried_elsewhere_then_dropped_and_counted(bus, backend, tmp_path):

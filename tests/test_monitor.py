@@ -11,14 +11,13 @@ import sys
 import time
 import urllib.request
 
-import anyio
 import msgspec
 import pyarrow.parquet as pq
 from prometheus_client.parser import text_string_to_metric_families
 
 from bus import subjects
-from bus.messages import (EvalRound, EvaluatorState, ExecutionResult, HeldoutScore, Heartbeat,
-                          MetricsSnapshot, Verdict, WeightVersion)
+from bus.messages import (EvalRound, EvaluatorState, Event, ExecutionResult, HeldoutScore,
+                          Heartbeat, MetricsSnapshot, Verdict, WeightVersion)
 from tests.conftest import ROOT
 from tests.test_codec import samples
 from tests.test_runtime import wait_for
@@ -82,6 +81,35 @@ async def snapshot_with(bus, verdicts: int) -> MetricsSnapshot:
     return await wait_for(check, 30, f"a snapshot counting {verdicts} verdicts")
 
 
+async def monitor_at_version(bus, version: int) -> bool:
+    """The monitor's heartbeat says it follows policy `version`."""
+    beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="monitor.")
+    return any(b.policy_version == version for b in beats.values())
+
+
+async def snapshots_after(bus, at: float, n: int) -> None:
+    """Wait until `n` more snapshots than the one taken at `at` were published."""
+    seen: set[float] = set()
+
+    async def enough() -> bool:
+        snap = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_METRICS, MetricsSnapshot)
+        if snap is not None and snap.at > at:
+            seen.add(snap.at)
+        return len(seen) >= n
+
+    await wait_for(enough, 30, f"{n} more snapshots")
+
+
+async def trial_event(bus, trial_id: str) -> bool:
+    """The monitor's `monitor.trial_recorded` event for `trial_id` is in the events stream."""
+    async for _, ev, _ in bus.replay(subjects.STREAM_EVENTS, subjects.event_filter("monitor"),
+                                     Event, follow=False):
+        if ev is not None and ev.event == "monitor.trial_recorded" \
+                and ev.fields.get("trial_id") == trial_id:
+            return True
+    return False
+
+
 async def beat(bus, kind: str, i: int, stats: dict[str, float]) -> None:
     now = time.time()
     await bus.kv_put(subjects.BUCKET_ACTORS, subjects.actor_key(kind, f"{kind}-{i}"),
@@ -108,7 +136,7 @@ async def test_metrics_from_verdicts_reach_status_prometheus_and_alerts(bus, mak
     await beat(bus, "generator", 2, {"tokens_per_s": 30.0})
     await beat(bus, "learner", 1, {"step_time_s": 4.5})
     await beat(bus, "executor", 1, {"jobs_per_s": 12.0})
-    await anyio.sleep(1.0)  # the monitor has read the policy version
+    await wait_for(lambda: monitor_at_version(bus, 6), 30, "the monitor on version 6")
     train = ([verdict(i, "pass", reward=1.0, version=6) for i in range(4)]
              + [verdict(4, "fail", cause="model.wrong_answer", version=5, difficulty=1.0)]
              + [verdict(i, "fail", cause="model.timeout", reward=-0.5, version=4)
@@ -153,8 +181,11 @@ async def test_metrics_from_verdicts_reach_status_prometheus_and_alerts(bus, mak
 
     await publish_verdicts(bus, [verdict(i, "fail", cause="model.timeout", version=6)
                                  for i in range(20, 25)])
-    await snapshot_with(bus, 17)
-    await anyio.sleep(1.0)  # several more snapshots: the cooldown keeps the alert quiet
+    await snapshots_after(bus, (await snapshot_with(bus, 17)).at, 3)  # the cooldown holds
+    # A sentinel: the trial event of a verdict published now comes after every alert event
+    # of those snapshots (one connection sends the monitor's events, in order).
+    await publish_verdicts(bus, [verdict(30, "pass", reward=1.0, version=6)])
+    await wait_for(lambda: trial_event(bus, "g30.0"), 30, "the sentinel's trial event")
     tail = stack.whet("tail", "--no-follow", "--json", "--event", "monitor.alert_*")
     alerts = [json.loads(line) for line in tail.stdout.splitlines()]
     assert [(a["event"], a["fields"]["alert"]) for a in alerts] == [

@@ -100,9 +100,13 @@ async def test_server_crash_loses_nothing_and_actors_reconnect(bus, make_stack, 
     stack.start()
     await ready_probes(bus, 2)
     await publish_requests(bus, 40, sleep_s=0.3)
-    await anyio.sleep(1.0)
+    await all_done(bus, 1, timeout_s=30)  # mid-run: work is being done
     nats_server.kill()
-    await anyio.sleep(1.5)
+
+    async def gone() -> bool:
+        return not bus.nc.is_connected
+
+    await wait_for(gone, 10, "the test's client to see the server go")
     nats_server.start()
     done = await all_done(bus, 40, timeout_s=90)
     assert sorted(d.request.request_id for d in done) == sorted(f"r{i}" for i in range(40))
@@ -195,7 +199,12 @@ async def test_down_is_graceful_and_nothing_in_flight_is_lost(bus, make_stack):
     # 30 jobs of 3 s on 8 slots take about 12 s, so the stop always lands mid-run, however
     # slowly the loaded machine starts the 'whet down' process.
     await publish_requests(bus, 30, sleep_s=3.0)
-    await anyio.sleep(1.0)
+
+    async def in_flight() -> bool:
+        (state,) = await bus.stream_states([subjects.STREAM_EXEC])
+        return state.consumers[subjects.CONSUMER_EXEC.durable]["in_flight"] > 0
+
+    await wait_for(in_flight, 30, "probes holding work")
     stack.stop()
     first = await done_messages(bus)
     assert len(first) < 30

@@ -2,14 +2,20 @@
 
 The test plays the generator (it reads `whet.v1.tasks` through the generator's durable) and
 the judge (it publishes verdicts); the sampler is the real actor on its own connection.
+
+That the sampler admits nothing more is shown, not waited out: the sampler is seen to go idle
+(nothing admissible) with the change taken in, then a sentinel assignment published after
+that reaches the generator with no other assignment before it.
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 import msgspec
+import pytest
 
 from actors import sampler as sampler_actor
 from bus import subjects
@@ -19,7 +25,7 @@ from bus.nats_bus import Bus, Identity
 from envs.config import EnvEntry, EnvsConfig, SamplerConfig
 from envs.intake import collect
 from runtime.config import RunConfig, TrainingConfig
-from tests.conftest import bus_settings
+from tests.conftest import bus_settings, handled, until
 
 CONFIG = RunConfig(
     envs=EnvsConfig(use={"structured_output": EnvEntry(count=60, heldout_share=0.3)},
@@ -30,22 +36,63 @@ CONFIG = RunConfig(
 
 
 class Generator:
-    """Reads assignments the way a generator would, and keeps them."""
+    """Reads assignments the way a generator would, and keeps them (sentinels apart)."""
 
     def __init__(self) -> None:
         self.got: list[TaskAssignment] = []
+        self.sentinels: set[str] = set()
 
     async def handle(self, a: TaskAssignment, delivery) -> None:
-        self.got.append(a)
+        if a.assignment_id.startswith("sentinel-"):
+            self.sentinels.add(a.assignment_id)
+        else:
+            self.got.append(a)
 
     async def wait_for(self, n: int, timeout_s: float = 30.0) -> None:
-        with anyio.fail_after(timeout_s):
-            while len(self.got) < n:
-                await anyio.sleep(0.05)
+        await until(lambda: len(self.got) >= n, timeout_s)
 
-    async def stays_at(self, n: int, seconds: float = 1.5) -> None:
-        await anyio.sleep(seconds)
+    async def nothing_more_than(self, bus: Bus, n: int) -> None:
+        """Publish a sentinel; once it arrives, exactly `n` assignments came before it."""
+        sid = f"sentinel-{len(self.sentinels)}"
+        await bus.publish(subjects.TASKS, msgspec.structs.replace(
+            self.got[0], assignment_id=sid), msg_id=sid)
+        await until(lambda: sid in self.sentinels)
         assert len(self.got) == n, [a.assignment_id for a in self.got]
+
+
+class Idle:
+    """Records the sampler each time it goes idle (nothing admissible): what it had taken in."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.seen: list[dict[str, int]] = []
+        wait_change = sampler_actor.Sampler.wait_change
+
+        async def recording(sampler, timeout_s: float) -> None:
+            c = sampler.counters
+            self.seen.append(dict(judged=c.judged, admitted=c.admitted, version=sampler.version,
+                                  step=sampler.learner_step))
+            await wait_change(sampler, timeout_s)
+
+        monkeypatch.setattr(sampler_actor.Sampler, "wait_change", recording)
+
+    async def reached(self, since: int = 0, **state: int) -> None:
+        """Wait until a sampler went idle (after the `since`-th record) in exactly `state`."""
+        await until(lambda: any(s == state for s in self.seen[since:]),
+                    what=lambda: f"the sampler idle in {state}; lately {self.seen[since:][-3:]}")
+
+
+@pytest.fixture
+def idle(monkeypatch) -> Idle:
+    return Idle(monkeypatch)
+
+
+async def settles_at(bus: Bus, gen: Generator, idle: Idle, groups: int, *, since: int = 0,
+                     judged: int = 0, version: int = 0, step: int = 0, group: int = 4) -> None:
+    """The sampler has decided, with `judged`, `version` and `step` taken in, to admit no
+    more than `groups` groups, and the generator got exactly those."""
+    await idle.reached(since, judged=judged, admitted=groups * group, version=version,
+                       step=step)
+    await gen.nothing_more_than(bus, groups)
 
 
 async def _verdicts(bus: Bus, a: TaskAssignment, *, passed: int, dropped: bool = False) -> None:
@@ -62,17 +109,33 @@ async def _sampler_bus(url: str) -> Bus:
     return await Bus.connect(bus_settings(url), Identity("sampler", "s1", run_id="r1"))
 
 
-async def _run_sampler(tg, url: str) -> Bus:
-    b = await _sampler_bus(url)
-    await tg.start(sampler_actor.run, b, CONFIG)
-    return b
+class Running:
+    """A sampler actor serving on its own connection."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self.stopped = anyio.Event()
+
+    async def run(self, config: RunConfig, *, task_status) -> None:
+        try:
+            await sampler_actor.run(self.bus, config, task_status=task_status)
+        finally:
+            self.stopped.set()
+
+    async def stop(self) -> None:
+        """Stop it and wait until it has saved and returned."""
+        self.bus.stopping.set()
+        with anyio.fail_after(30):
+            await self.stopped.wait()
 
 
-async def _stop(b: Bus) -> None:
-    b.stopping.set()
+async def _run_sampler(tg, url: str, config: RunConfig = CONFIG) -> Running:
+    sampler = Running(await _sampler_bus(url))
+    await tg.start(partial(sampler.run, config))
+    return sampler
 
 
-async def test_admission_follows_the_staleness_bound(bus, nats_server):
+async def test_admission_follows_the_staleness_bound(bus, nats_server, idle):
     """4 groups at version 0; judged work stays counted until the learner's first step;
     drops free budget; a version announced by a restarted learner without a new step adds
     none; every assignment is training work on a training task, never a held-out one."""
@@ -80,24 +143,25 @@ async def test_admission_follows_the_staleness_bound(bus, nats_server):
     heldout = {t.task_id for t, _ in collect(CONFIG.envs, seed=0, split="heldout")[0]}
     assert len(heldout) > 5
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, gen.handle))
-        sbus = await _run_sampler(tg, nats_server.url)
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                               gen.handle))
+        sampler = await _run_sampler(tg, nats_server.url)
         await gen.wait_for(4)
-        await gen.stays_at(4)
+        await settles_at(bus, gen, idle, 4)
         for a in gen.got[:2]:
             await _verdicts(bus, a, passed=2)  # produced 8, in flight 8: still at the bound
-        await gen.stays_at(4)
+        await settles_at(bus, gen, idle, 4, judged=8)
         await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                          WeightVersion(version=1, object_name="", step=1, created_at=time.time()))
         await gen.wait_for(6)  # capacity 24: two more groups
-        await gen.stays_at(6)
+        await settles_at(bus, gen, idle, 6, judged=8, version=1, step=1)
         await _verdicts(bus, gen.got[2], passed=0, dropped=True)  # 4 attempts freed
         await gen.wait_for(7)
-        await gen.stays_at(7)
+        await settles_at(bus, gen, idle, 7, judged=12, version=1, step=1)
         await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,  # restarted at step 1
                          WeightVersion(version=3, object_name="", step=1, created_at=time.time()))
-        await gen.stays_at(7)
-        await _stop(sbus)
+        await settles_at(bus, gen, idle, 7, judged=12, version=3, step=1)
+        await sampler.stop()
         bus.stopping.set()
     assert all(a.purpose == "train" and a.task.split == "train" for a in gen.got)
     assert not heldout & {a.task.task_id for a in gen.got}
@@ -105,41 +169,43 @@ async def test_admission_follows_the_staleness_bound(bus, nats_server):
     assert [a.admitted_version for a in gen.got] == [0, 0, 0, 0, 1, 1, 1]
     state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
     assert (state.admitted, state.judged, state.produced, state.next_seq) == (28, 12, 8, 7)
-    await sbus.close()
+    await sampler.bus.close()
 
 
-async def test_a_restarted_sampler_never_double_admits(bus, nats_server):
+async def test_a_restarted_sampler_never_double_admits(bus, nats_server, idle):
     """After a clean restart the counters hold the bound; after a crash that lost the last
     save, the same assignment ids are re-published and stored once."""
     gen = Generator()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, gen.handle))
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                               gen.handle))
         first = await _run_sampler(tg, nats_server.url)
         await gen.wait_for(4)
-        await _stop(first)
-        await anyio.sleep(1.0)
+        await first.stop()
+        mark = len(idle.seen)
         second = await _run_sampler(tg, nats_server.url)
-        await gen.stays_at(4)
-        await _stop(second)
-        await anyio.sleep(1.0)
+        await settles_at(bus, gen, idle, 4, since=mark)
+        await second.stop()
         # a crash that lost the save after publishing: counters as before any admission
         await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState())
+        mark = len(idle.seen)
         third = await _run_sampler(tg, nats_server.url)
-        await gen.stays_at(4, seconds=2.5)
-        await _stop(third)
+        await settles_at(bus, gen, idle, 4, since=mark)  # the same 4 ids, stored once
+        await third.stop()
         bus.stopping.set()
     assert len({a.assignment_id for a in gen.got}) == 4
     state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
     assert state.next_seq == 4 and state.admitted == 16
-    for b in (first, second, third):
-        await b.close()
+    for sampler in (first, second, third):
+        await sampler.bus.close()
 
 
 async def test_a_redelivered_verdict_is_counted_once(bus, nats_server):
     """A verdict already counted (its id saved) but whose ack was lost is not counted again."""
     gen = Generator()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, gen.handle))
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                               gen.handle))
         first = await _run_sampler(tg, nats_server.url)
         await gen.wait_for(4)
         await _verdicts(bus, gen.got[0], passed=1)
@@ -147,8 +213,7 @@ async def test_a_redelivered_verdict_is_counted_once(bus, nats_server):
             while (await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE,
                                     SamplerState)).judged < 4:
                 await anyio.sleep(0.1)
-        await _stop(first)
-        await anyio.sleep(1.0)
+        await first.stop()
         state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
         # as if the acks had been lost: the same verdicts come again under new stream entries
         sbus = await _sampler_bus(nats_server.url)
@@ -157,13 +222,13 @@ async def test_a_redelivered_verdict_is_counted_once(bus, nats_server):
         await sbus.js.delete_consumer(subjects.STREAM_VERDICTS, subjects.CONSUMER_SAMPLER.durable)
         await sbus.close()
         second = await _run_sampler(tg, nats_server.url)
-        await anyio.sleep(2.0)
-        await _stop(second)
+        await handled(bus, subjects.CONSUMER_SAMPLER)  # the 4 verdicts came again, and went
+        await second.stop()
         bus.stopping.set()
     state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
     assert (state.judged, state.produced) == (4, 4)
-    for b in (first, second):
-        await b.close()
+    for sampler in (first, second):
+        await sampler.bus.close()
 
 
 MIX_CONFIG = RunConfig(
@@ -176,15 +241,14 @@ MIX_CONFIG = RunConfig(
 "One sync batch of 400 single attempts per version; frontiers never move."
 
 
-async def test_mix_and_band_hold_over_the_bus(bus, nats_server):
+async def test_mix_and_band_hold_over_the_bus(bus, nats_server, idle):
     """Domains follow the mix ratio; once half the structured tasks are always solved, they
     are chosen rarely (weight 0.05) while the in-band half takes nearly all their choices."""
     gen = Generator()
     async with anyio.create_task_group() as tg:
-        tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, gen.handle,
-                                      max_in_flight=512))
-        b = await Bus.connect(bus_settings(nats_server.url), Identity("sampler", "s1", "r1"))
-        await tg.start(sampler_actor.run, b, MIX_CONFIG)
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                               gen.handle, max_in_flight=512))
+        sampler = await _run_sampler(tg, nats_server.url, MIX_CONFIG)
         await gen.wait_for(400)
         first = list(gen.got)
         chosen = sorted({a.task.task_id for a in first if a.task.domain == "structured"})
@@ -199,8 +263,8 @@ async def test_mix_and_band_hold_over_the_bus(bus, nats_server):
         await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                          WeightVersion(version=1, object_name="", step=1, created_at=time.time()))
         await gen.wait_for(800)
-        await gen.stays_at(800, seconds=1.0)
-        b.stopping.set()
+        await settles_at(bus, gen, idle, 800, judged=400, version=1, step=1, group=1)
+        await sampler.stop()
         bus.stopping.set()
     second = gen.got[400:]
     share = sum(a.task.domain == "structured" for a in second) / len(second)
@@ -211,7 +275,7 @@ async def test_mix_and_band_hold_over_the_bus(bus, nats_server):
     assert before > 0.3 * sum(a.task.domain == "structured" for a in first)
     assert after < 0.12 * len(structured), (after, len(structured))
     assert after > 0  # rarely, not never
-    await b.close()
+    await sampler.bus.close()
 
 
 POOL_CONFIG = RunConfig(
