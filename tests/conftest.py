@@ -81,6 +81,17 @@ async def handled(bus: Bus, *specs: ConsumerSpec, timeout_s: float = 30.0) -> No
     await until(idle, timeout_s)
 
 
+async def patiently(call, timeout_s: float = 60.0):
+    """`call()` retried while the server is down or the connection is coming back."""
+    with anyio.fail_after(timeout_s):
+        while True:
+            try:
+                with anyio.fail_after(5):
+                    return await call()
+            except Exception:  # noqa: BLE001 - the server may be down right now
+                await anyio.sleep(0.2)
+
+
 @pytest.fixture
 def nats_server(tmp_path):
     """A fresh nats-server with JetStream file storage; killed and cleaned up after."""

@@ -32,6 +32,7 @@ from runtime.embedded import alive
 from runtime.status import StackStatus, gather
 from tests.chaos_support import (LearnerRecord, admitted_attempts, events, learner_record,
                                  repeated)
+from tests.conftest import patiently
 
 GROUP = 4
 KINDS = ("sampler", "generator", "judge", "executor", "learner")
@@ -99,17 +100,6 @@ checks = ["determinism"]
 [envs.gates.sandbox]
 backend = "subprocess"
 """
-
-
-async def patiently(call, timeout_s: float = 60.0):
-    """`call()` retried through server outages (the test's own connection reconnects too)."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            try:
-                with anyio.fail_after(5):
-                    return await call()
-            except Exception:  # noqa: BLE001 - the server may be down right now
-                await anyio.sleep(0.3)
 
 
 def healthy(snap: StackStatus, since: float = 0.0) -> bool:

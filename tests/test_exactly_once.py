@@ -18,23 +18,12 @@ from bus import subjects
 from bus.consumer import consume
 from policy.ranks import RankGroup
 from tests.chaos_support import repeated
-from tests.conftest import bus_settings
+from tests.conftest import bus_settings, patiently
 from tests.test_bus import ASSIGNMENT, assignment
 from tests.test_learner import second_bus, tiny_run_config
 from tests.test_learner_crash import synthetic_verdicts
 
 ACK_WAIT_S = bus_settings("").ack_wait_s
-
-
-async def patiently(call, timeout_s: float = 60.0):
-    """`call()` retried while the server is down or the connection is coming back."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            try:
-                with anyio.fail_after(5):
-                    return await call()
-            except Exception:  # noqa: BLE001 - the server may be down right now
-                await anyio.sleep(0.2)
 
 
 async def consumer_state(bus, stream: str, durable: str) -> dict:

@@ -22,7 +22,7 @@ from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, SamplingC
 from policy.versions import current_version, fetch_weights
 from envs.config import EvaluatorConfig
 from runtime.config import ActorsConfig, RunConfig, TrainingConfig
-from tests.conftest import bus_settings
+from tests.conftest import bus_settings, patiently
 from tests.test_generator import assignment, attempts_on_bus
 
 
@@ -174,8 +174,7 @@ async def test_learner_holds_past_an_evaluated_version_until_its_round_is_report
                                  EvaluatorState(last_round=0, last_reported=-1))
                 nats_server.kill()
                 nats_server.start()
-                held = await bus.kv_get_patiently(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
-                                                  WeightVersion)
+                held = await patiently(lambda: current_version(bus))
                 await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
                                  EvaluatorState(last_round=0, last_reported=0))
                 with anyio.fail_after(60):
