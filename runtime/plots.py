@@ -41,6 +41,23 @@ def series(rows: list[dict[str, float]], x: str, y: str) -> tuple[list[float], l
     return [p[0] for p in points], [p[1] for p in points]
 
 
+ROLLING = 5
+"Steps in the rolling mean drawn over the noisy per-step training reward."
+
+
+def with_rolling_mean(rows: list[dict[str, float]], column: str, window: int = ROLLING
+                      ) -> list[dict[str, float]]:
+    """`rows` with `<column>_rolling`: the mean of the last `window` values (fewer at the start)."""
+    out, recent = [], []
+    for row in rows:
+        row = dict(row)
+        if column in row:
+            recent = (recent + [row[column]])[-window:]
+            row[f"{column}_rolling"] = sum(recent) / len(recent)
+        out.append(row)
+    return out
+
+
 def draw(run_dir: Path) -> list[Path]:
     """Redraw the four plots; returns the files written."""
     global _warned
@@ -54,7 +71,7 @@ def draw(run_dir: Path) -> list[Path]:
             log.warning("plots.skipped", reason="matplotlib is not installed (the ml extra)")
             _warned = True
         return []
-    train = read_rows(run_dir / "metrics" / "train.csv")
+    train = with_rolling_mean(read_rows(run_dir / "metrics" / "train.csv"), "mean_reward")
     evals = read_rows(run_dir / "metrics" / "eval.csv")
     counts = read_rows(run_dir / "metrics" / "progress.csv")
     for row in counts:
@@ -67,8 +84,10 @@ def draw(run_dir: Path) -> list[Path]:
                                                       ("held-out round attempts judged", counts,
                                                        "round_judged"),
                                                       ("learner steps", counts, "step")]),
-        "reward.png": ("mean training reward", [("mean reward", train, "mean_reward"),
-                                                ("pass rate", train, "pass_rate")]),
+        "reward.png": ("mean training reward", [
+            ("mean reward", train, "mean_reward"),
+            (f"mean reward, rolling mean of {ROLLING} steps", train, "mean_reward_rolling"),
+            ("pass rate", train, "pass_rate")]),
         "heldout.png": ("held-out pass rate and mean reward",
                         [("pass rate", evals, "overall"),
                          ("pass rate, trained domains", evals, "trained"),

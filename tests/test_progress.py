@@ -209,3 +209,12 @@ async def test_a_stack_stops_itself_after_max_steps_from_the_step_records(make_s
     assert [r["step"] for r in rows[:2]] == ["1", "2"] and rows[0]["samples_total"]
     out = (stack.tmp / "stack.out").read_text()
     assert "training.finished" in out, out[-3000:]
+
+
+def test_the_reward_plot_carries_a_rolling_mean():
+    """The rolling mean of the last 5 steps' reward, hand-computed, fewer at the start."""
+    from runtime.plots import with_rolling_mean
+
+    rows = [{"step": i, "mean_reward": r} for i, r in enumerate([0, 1, 2, 3, 4, 5, 6], 1)]
+    got = [r["mean_reward_rolling"] for r in with_rolling_mean(rows, "mean_reward")]
+    assert got == [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0]
