@@ -162,7 +162,8 @@ class BatchingEngine(Engine):
                 results = await anyio.to_thread.run_sync(
                     self.run_rows, [p.request.context for p, _ in chunk],
                     [p.request.settings for p, _ in chunk])
-                self._account(results, anyio.current_time() - began, version)
+                self._account(results, anyio.current_time() - began, version,
+                              chunk[0][0].request.settings.dtype)
                 for (pending, _), r in zip(chunk, results):
                     pending.samples.append(Sample(r.token_ids, r.logprobs, r.text,
                                                   r.finish_reason, version))
@@ -173,13 +174,13 @@ class BatchingEngine(Engine):
             for pending in batch:
                 pending.done.set()
 
-    def _account(self, results: list[Any], seconds: float, version: int) -> None:
+    def _account(self, results: list[Any], seconds: float, version: int, dtype: str = "") -> None:
         tokens = sum(len(r.token_ids) for r in results)
         self._tokens += tokens
         self._busy_s += seconds
         log.info("generator.batch_completed", sequences=len(results), tokens=tokens,
                  seconds=round(seconds, 3), tokens_per_s=round(tokens / max(seconds, 1e-9), 1),
-                 policy_version=version)
+                 policy_version=version, dtype=dtype or "engine")
 
     @property
     def stats(self) -> dict[str, float]:
