@@ -74,8 +74,9 @@ class GeneratorConfig(Section):
     "Sampling for 'eval' work (greedy by default)."
     max_batch: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 16
     "Most sequences the torch engine samples in one batch."
-    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 8
-    "Most assignments and continuations held at once (each waits its turn in a batch)."
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 32
+    ("Most assignments and continuations held at once (each waits its turn in a batch). A "
+     "held-out round is one attempt per assignment, so this caps its batches too.")
     weights_wait_s: Seconds = 300.0
     "How long work waits for the generator to run its admitted policy version before it is handed back."
     fake_vocab: Annotated[int, msgspec.Meta(ge=4, le=256)] = 16
