@@ -8,6 +8,7 @@ the trees is told (one line, the exact command), and how the Makefile orders the
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -57,8 +58,13 @@ def test_unbuilt_trees_add_debootstrap_and_the_tree_build_to_that_line(monkeypat
 def test_the_makefile_sets_up_the_machine_before_the_venv_and_before_running():
     """`make run` and `make test` call deploy.setup first; run needs no images, test does."""
     def steps(target: str) -> list[str]:
-        r = subprocess.run(["make", "-n", "-W", "pyproject.toml", target], cwd=ROOT,
-                           capture_output=True, text=True, timeout=60)
+        # Under `make test` this runs inside make: drop the parent's flags and level so
+        # the child prints its recipe alone, without "Entering directory" lines.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+        r = subprocess.run(["make", "--no-print-directory", "-n", "-W", "pyproject.toml",
+                            target], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=60)
         assert r.returncode == 0, r.stderr
         return r.stdout.splitlines()
 
