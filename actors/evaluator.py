@@ -83,6 +83,7 @@ class Evaluator:
         chosen = await gated_heldout(
             self.config.envs, seed=self.config.run.seed,
             per_domain=self.config.evaluator.tasks_per_domain, split=split, progress=progress,
+            domain_tasks=self.config.evaluator.domain_tasks,
             on_cpu=lambda seconds: gauge.update({gauges.SANDBOX_CPU_S: round(seconds, 3)}),
             cache=KvGateCache(self.bus, self.config.envs.gates.keep_reports))
         self.heldout = [t for domain in sorted(chosen) for t in chosen[domain]]

@@ -126,6 +126,9 @@ class EvaluatorConfig(Section):
     "Evaluate every N-th policy version (version 0, the initial weights, included)."
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40
     "Held-out tasks per domain in each round (the same ones every round)."
+    domain_tasks: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
+    ("Held-out tasks per round for the domains named here, in place of `tasks_per_domain` "
+     "(e.g. a smaller transfer set: `{ humaneval = 40 }`).")
     split: Literal["heldout", "validation"] = "heldout"
     ("The set the rounds measure: 'heldout' for results, 'validation' (the environments' "
      "`validation_share`) while choosing settings, so the held-out set is never tuned on.")

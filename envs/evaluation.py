@@ -10,6 +10,7 @@ pass rate does not". It publishes nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -29,16 +30,18 @@ def round_of(assignment_id: str) -> int | None:
     return int(head) if sep and head.isdigit() else None
 
 
-def pick_heldout(tasks: list[Task], per_domain: int,
-                 split: str = "heldout") -> dict[str, list[Task]]:
+def pick_heldout(tasks: list[Task], per_domain: int, split: str = "heldout",
+                 domain_tasks: Mapping[str, int] | None = None) -> dict[str, list[Task]]:
     """Evaluation tasks of `split` by domain, the first `per_domain` of each in id order (ids
-    are content hashes, so this is a fixed, unbiased choice that stays the same every round)."""
+    are content hashes, so this is a fixed, unbiased choice that stays the same every round);
+    `domain_tasks` sets another number for the domains it names."""
     out: dict[str, list[Task]] = {}
+    limits = domain_tasks or {}
     for task in sorted(tasks, key=lambda t: t.task_id):
         if task.split != split:
             continue
         chosen = out.setdefault(task.domain, [])
-        if len(chosen) < per_domain:
+        if len(chosen) < limits.get(task.domain, per_domain):
             chosen.append(task)
     return out
 

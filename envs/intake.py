@@ -14,9 +14,10 @@ import hashlib
 import itertools
 import json
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable
+from typing import Awaitable, Callable, Iterable, Mapping
 
 import anyio
 import msgspec
@@ -167,30 +168,41 @@ async def _one(task: Task, gates: GateConfig | None, backend, limiter, lanes, ta
 
 
 async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
-                        split: str = "heldout", cache: KvGateCache | None = None,
+                        split: str = "heldout", domain_tasks: Mapping[str, int] | None = None,
+                        cache: KvGateCache | None = None,
                         progress: Callable[[int, int], None] = lambda done, total: None,
                         on_cpu: Callable[[float], None] = lambda seconds: None,
                         ) -> dict[str, list[Task]]:
     """The tasks a round evaluates, by domain: the first `per_domain` of each in id order
-    of `split` ('heldout', or 'validation' while choosing settings) that pass the gates (a
-    few spares per domain are gated to cover rejections). `progress(done, total)` is told
-    as each is gated."""
+    of `split` ('heldout', or 'validation' while choosing settings) that pass the gates;
+    `domain_tasks` sets another number for the domains it names. Tasks are gated in id order
+    and a domain stops once it has enough, so a rejection costs one more gate, not a fixed
+    share of spares. `progress(done, total)` is told as each is gated."""
     tasks, _ = collect(config, seed=seed, split=split)
     gates = {t.task_id: g for t, g in tasks}
-    spare = per_domain + per_domain // 4 + 2
-    candidates = [t for group in pick_heldout([t for t, _ in tasks], spare, split).values()
-                  for t in group]
+    limits = domain_tasks or {}
+    ordered = pick_heldout([t for t, _ in tasks], len(tasks), split)
+    wanted = {d: min(len(ts), limits.get(d, per_domain)) for d, ts in ordered.items()}
+    total = sum(wanted.values())
     accepted: list[Task] = []
+    passed = Counter[str]()
     done = 0
-    progress(done, len(candidates))
+    progress(done, total)
 
     async def on_gated(task: Task, report: GateReport) -> None:
         nonlocal done
         done += 1
-        progress(done, len(candidates))
+        progress(min(done, total), total)
         if report.accepted:
+            passed[task.domain] += 1
             accepted.append(task)
 
-    await gate_many([(t, gates[t.task_id]) for t in candidates], config.gates.sandbox, on_gated,
+    def candidates():  # id order, domains interleaved; a domain stops once it has enough
+        for group in itertools.zip_longest(*ordered.values()):
+            for task in group:
+                if task is not None and passed[task.domain] < wanted[task.domain]:
+                    yield task, gates[task.task_id]
+
+    await gate_many(candidates(), config.gates.sandbox, on_gated,
                     concurrency=config.gates.concurrency, cache=cache, on_cpu=on_cpu)
-    return pick_heldout(accepted, per_domain, split)
+    return pick_heldout(accepted, per_domain, split, domain_tasks)

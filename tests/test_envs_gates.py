@@ -10,9 +10,11 @@ import pytest
 
 from bus.messages import Task, Verifier
 from envs import registry
-from envs.config import EnvEntry, GateConfig
+from envs.config import EnvEntry, EnvsConfig, GateConfig
 from envs.environment import generate
+from envs.evaluation import pick_heldout
 from envs.gates import gate_task, mutation_verdict
+from envs.intake import collect, gated_heldout
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 
@@ -155,3 +157,24 @@ async def test_verifier_data_the_judge_cannot_use_is_invalid():
     report = await _gate(msgspec.structs.replace(task, verifier=broken))
     assert report.reasons == ["invalid"], report.detail
     assert "judge rejects" in report.detail[0]
+
+
+async def test_held_out_gating_stops_each_domain_once_it_has_enough(monkeypatch, tmp_path):
+    """The evaluator's choice gates tasks in id order and stops a domain at its count (plus
+    the few already in flight): the chosen ones are the first in id order, as without the
+    early stop, and far fewer tasks are gated than the split holds."""
+    monkeypatch.setenv("WHET_GATE_CACHE", str(tmp_path / "gates"))
+    config = EnvsConfig(use={
+        "python_functions": EnvEntry(count=120, heldout_share=0.5, checks=[]),
+        "structured_output": EnvEntry(count=120, heldout_share=0.5, checks=[])},
+        mix={"python": 1.0}, gates=GateConfig(concurrency=2, keep_reports=False))
+    seen: list[tuple[int, int]] = []
+    chosen = await gated_heldout(config, seed=5, per_domain=6, domain_tasks={"structured": 3},
+                                 progress=lambda done, total: seen.append((done, total)))
+    assert {d: len(ts) for d, ts in chosen.items()} == {"python": 6, "structured": 3}
+    every, _ = collect(config, seed=5, split="heldout")
+    first = pick_heldout([t for t, _ in every], 6, domain_tasks={"structured": 3})
+    assert chosen == first
+    gated = len(seen) - 1  # the first call reports 0 done
+    assert seen[-1][1] == 9 and 9 <= gated <= 9 + 2 * 2
+    assert len(every) > 40  # the early stop skipped most of the split

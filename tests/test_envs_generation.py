@@ -85,6 +85,20 @@ def test_a_validation_share_moves_no_task_into_or_out_of_the_heldout_set():
     assert len(picked) == 10 and all(t.split == "validation" for t in picked)
 
 
+def test_a_domain_named_in_domain_tasks_gets_its_own_count_and_keeps_its_first_ones():
+    """`[evaluator] domain_tasks` shrinks one domain's round; its tasks are the first of the
+    full choice, so a smaller transfer set is a prefix of the larger one."""
+    py = registry.resolve("python_functions", EnvEntry())
+    data = registry.resolve("data_scripts", EnvEntry())
+    tasks = [*generate(py, 300, seed=3, heldout_share=0.3),
+             *generate(data, 300, seed=3, heldout_share=0.3)]
+    full = pick_heldout(tasks, 20)
+    small = pick_heldout(tasks, 20, domain_tasks={"python": 5})
+    assert len(full["python"]) == 20 and len(small["python"]) == 5
+    assert small["python"] == full["python"][:5]
+    assert small["data"] == full["data"] and len(small["data"]) == 20
+
+
 def test_expected_values_match_the_reference():
     """python_io expected values are what the reference returns for those arguments."""
     env = registry.resolve("python_functions", EnvEntry())
