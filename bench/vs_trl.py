@@ -134,7 +134,8 @@ async def heldout_rounds(cfg, models: dict) -> dict:
     from bench.heldout_eval import evaluate
     from envs.intake import gated_heldout
 
-    chosen = await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=cfg.evaluator.tasks_per_domain)
+    chosen = await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=cfg.evaluator.tasks_per_domain,
+                                 domain_tasks=cfg.evaluator.domain_tasks)
     tasks = [t for domain in sorted(chosen) for t in chosen[domain]]
     out: dict = {"tasks": {d: [t.task_id for t in ts] for d, ts in sorted(chosen.items())},
                  "points": {}, "per_task": {}, "cpu_s": {}}
