@@ -191,7 +191,7 @@ class Evaluator:
                  round=result.round, pass_rates=point.pass_rates, attempts=point.attempts,
                  overall=point.overall, low=round(o.low, 4), high=round(o.high, 4),
                  baseline_version=result.baseline_version, paired=o.paired, gained=o.gained,
-                 lost=o.lost, p_value=round(o.p_value, 4), rewards=point.rewards,
+                 lost=o.lost, p_value=float(f"{o.p_value:.3g}"), rewards=point.rewards,
                  reward=point.reward,
                  trained={d: r for d, r in point.pass_rates.items() if d in self.trained},
                  transfer={d: r for d, r in point.pass_rates.items() if d not in self.trained},

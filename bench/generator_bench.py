@@ -12,9 +12,13 @@ process, with the same prompts, batch, dtype, threads, temperature and token lim
 
 Prints tokens/s and the ratios engine/bare and run/bare; `--out` writes them as JSON. Both
 sides count the tokens sampled up to each row's end (end of turn, stop string or limit).
+`--eval` times the held-out rounds' sampling (`[generator.eval_sampling]`, its dtype) instead
+of training's; `--busy` runs a one-thread torch loop beside it the whole time (the learner's
+share of the cores while it trains), to see what a thread count costs under contention.
 
     python bench/generator_bench.py [--config configs/default.toml] [--batch 16]
-        [--batches 3] [--threads 2] [--run runs/<id>] [--out bench/results/generator.json]
+        [--batches 3] [--threads 2] [--eval] [--busy] [--run runs/<id>]
+        [--out bench/results/generator.json]
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -95,12 +101,18 @@ def in_run(run_dir: Path) -> dict[str, float]:
     return out
 
 
+BUSY = ("import torch; torch.set_num_threads(1); a = torch.randn(512, 512)\n"
+        "while True: a = torch.tanh(a @ a)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default=str(ROOT / "configs/default.toml"))
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--batches", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--eval", action="store_true", help="time [generator.eval_sampling]")
+    ap.add_argument("--busy", action="store_true", help="a one-thread torch loop beside it")
     ap.add_argument("--run", default="")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -114,18 +126,25 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     cfg = load_config(Path(args.config))
-    dtype = weights_dtype(cfg.generator.dtype, "cpu")
-    settings = RowSettings.of(cfg.generator.sampling)
+    sampling = cfg.generator.eval_sampling if args.eval else cfg.generator.sampling
+    dtype = weights_dtype(getattr(sampling, "dtype", None) or cfg.generator.dtype, "cpu")
+    settings = RowSettings.of(sampling)
     prompts = prompts_of(cfg, args.batch * args.batches)
     engine = TorchEngine(cfg.generator, cfg.model, cfg.run.seed)
     model, tok = load_model(cfg.model, dtype), load_tokenizer(cfg.model)
     runs = {"bare": [], "engine": []}
-    for _ in range(2):  # alternate, after a warm-up batch each
-        for name, fn in (("bare", lambda: bare(model, tok, prompts, settings, args.batch)),
-                         ("engine", lambda: engine_side(engine, prompts, settings, args.batch))):
-            tokens, seconds = fn()
-            runs[name].append(tokens / seconds)
-    result = {"dtype": dtype, "threads": args.threads, "batch": args.batch,
+    busy = subprocess.Popen([sys.executable, "-c", BUSY]) if args.busy else None
+    try:
+        for _ in range(2):  # alternate, after a warm-up batch each
+            for name, fn in (("bare", lambda: bare(model, tok, prompts, settings, args.batch)),
+                             ("engine", lambda: engine_side(engine, prompts, settings, args.batch))):
+                tokens, seconds = fn()
+                runs[name].append(tokens / seconds)
+    finally:
+        if busy is not None:
+            busy.kill()
+    result = {"dtype": str(dtype), "threads": args.threads, "batch": args.batch,
+              "sampling": "eval" if args.eval else "train", "busy_beside": args.busy,
               "prompts": len(prompts), "temperature": settings.temperature,
               "max_new_tokens": settings.max_new_tokens, "stop": list(settings.stop),
               "bare_tokens_per_s": round(statistics.median(runs["bare"]), 1),

@@ -26,6 +26,11 @@ def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
+def _p(value: float | None) -> float | None:
+    """A p-value to 3 significant digits: a tiny one stays visible (2.6e-09, not 0.0)."""
+    return None if value is None else float(f"{value:.3g}")
+
+
 def _score_columns(prefix: str, score: HeldoutScore | None) -> dict[str, Any]:
     if score is None:
         return {}
@@ -39,14 +44,14 @@ def eval_row(result: EvalRound) -> dict[str, Any]:
     row: dict[str, Any] = {
         "policy_version": result.version, "round": result.round, "reward": _r(result.reward),
         "baseline_version": result.baseline_version, "paired": o.paired, "gained": o.gained,
-        "lost": o.lost, "p_value": _r(o.p_value), "delta": _r(o.delta), "tasks": o.tasks,
+        "lost": o.lost, "p_value": _p(o.p_value), "delta": _r(o.delta), "tasks": o.tasks,
         "attempts": o.attempts, "samples_per_task": result.samples_per_task,
         "complete": result.complete,
         **_score_columns("overall", o), **_score_columns("trained", t),
         **_score_columns("transfer", result.transfer)}
     if t is not None:
         row.update(trained_paired=t.paired, trained_gained=t.gained, trained_lost=t.lost,
-                   trained_p_value=_r(t.p_value))
+                   trained_p_value=_p(t.p_value))
     return row
 
 
