@@ -13,7 +13,8 @@ mode; after a batch with nothing to train, the same weights under the next numbe
 admission counts batches), prunes old versions, and saves DeepSpeed checkpoints whose client state records
 every consumed verdict id, so a restart resumes with optimizer state and never trains a
 sample twice. Writes each step's typed `StepRecord` to KV whet-run (`learner.step.<step>`),
-which progress reads for train.csv and the stop at `max_steps`. Logs
+which progress reads for train.csv and the stop at `max_steps`; with `training.max_steps`
+set it trains no step past it (verdicts arriving after stay unacked). Logs
 `learner.step_completed` per batch for people, naming every verdict id it consumed:
 `trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
 after its group was trained without it (the group timed out) is acked untrained and logged
@@ -139,15 +140,19 @@ class Learner:
     async def loop(self) -> None:
         """Gather verdicts into groups and train on each batch, until stopping."""
         idle_since = time.monotonic()
+        last = self.config.training.max_steps
         while not self.bus.stopping.is_set():
-            groups = self.buffer.take_batch(time.time())
+            # Past `training.max_steps` it trains nothing more; verdicts still arriving stay
+            # held (unacked), for a later run that resumes with a higher limit.
+            done = bool(last) and self.step >= last
+            groups = [] if done else self.buffer.take_batch(time.time())
             if groups:
                 self.bus.stats.gauges[gauges.LEARNER_HELD] = float(self.buffer.held())
                 self.idle_s += time.monotonic() - idle_since
                 await self.train_on(groups)
                 idle_since = time.monotonic()
                 continue
-            deadline = self.buffer.next_deadline()
+            deadline = None if done else self.buffer.next_deadline()
             wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.time()))
             with anyio.move_on_after(wait):
                 self._hold(*await self.outbox.receive())

@@ -8,7 +8,8 @@ sampler re-publishes the same ids and JetStream stores each once.
 
 - What: `envs.curriculum` (band, ladder, mix, replay) chooses among gated training tasks.
 - How much: `envs.admission` admits whole groups while
-  in_flight + produced <= (learner step + staleness + 1) * batch_size, where the learner step
+  in_flight + produced <= (learner step + staleness + 1) * batch_size, and nothing once the
+  learner step reaches `training.max_steps` (when set), where the learner step
   (`WeightVersion.step`) counts the batches the learner consumed. It equals the version
   until a learner restart: a restarted learner rolls back to its checkpoint yet must
   announce its weights under a newer number, so counting versions would let the queue in
@@ -153,6 +154,8 @@ class Sampler:
 
     def admissible(self) -> int:
         t = self.config.training
+        if t.max_steps and self.learner_step >= t.max_steps:
+            return 0  # the learner has made its last step: more samples would go untrained
         return admissible_groups(in_flight=self.counters.in_flight, produced=self.counters.produced,
                                  version=self.learner_step, max_staleness=t.staleness,
                                  batch_size=t.batch_size, group_size=t.group_size)

@@ -165,7 +165,9 @@ def train(cfg, tasks: dict[str, list[Task]], *, max_steps: int, budget_s: float,
     from policy.model import load_model, load_tokenizer
 
     origin = (cpu_seconds(), time.monotonic())
-    bf16 = cfg.learner.precision == "bf16" and bf16_native()
+    from policy.precision import training_precision
+
+    bf16 = training_precision(cfg.learner.precision, "cpu") == "bf16" and bf16_native()
     settings = grpo_settings(cfg, max_steps=max_steps, bf16=bf16, out_dir=str(out_dir / "trl"))
     per_step = cfg.training.batch_size // cfg.training.group_size
     rows = mixed_rows(tasks, cfg.envs.mix, max_steps * per_step, cfg.run.seed)

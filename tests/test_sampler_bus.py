@@ -306,3 +306,26 @@ async def test_intake_stops_at_the_pool_size_and_skips_domains_outside_the_mix(b
     assert set(done["by_domain"]) == {"structured"} and done["not_gated"] == ["python"]
     assert 6 <= done["by_domain"]["structured"] <= 8  # the gate lanes (2) may finish past 6
     assert done["accepted"] + sum(done["rejected"].values()) < 20  # of 40
+
+
+async def test_nothing_is_admitted_once_the_learner_made_its_last_step(bus, nats_server, idle):
+    """With `training.max_steps` = 1, the learner's first step frees no budget: samples
+    admitted after the last step would never be trained."""
+    config = msgspec.structs.replace(CONFIG, training=msgspec.structs.replace(
+        CONFIG.training, max_steps=1))
+    gen = Generator()
+    async with anyio.create_task_group() as tg:
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                               gen.handle))
+        sampler = await _run_sampler(tg, nats_server.url, config)
+        await gen.wait_for(4)
+        await settles_at(bus, gen, idle, 4)
+        for a in gen.got[:2]:
+            await _verdicts(bus, a, passed=2)
+        since = len(idle.seen)
+        await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                         WeightVersion(version=1, object_name="", step=1, created_at=time.time()))
+        await settles_at(bus, gen, idle, 4, since=since, judged=8, version=1, step=1)
+        await sampler.stop()
+        bus.stopping.set()
+    await sampler.bus.close()
