@@ -110,19 +110,29 @@ def _json(value) -> str:
 
 
 async def gated_train_tasks(cfg) -> dict[str, list]:
-    """The training split of the mix's domains, gated as the sampler gates it."""
-    from envs.intake import collect, gate_many
+    """The training split of the mix's domains, gated as the sampler gates it: in the same
+    order, stopping a domain at `[sampler] pool_per_domain` accepted tasks, with the gate
+    reports kept on this machine's disk."""
+    from envs.intake import KvGateCache, collect, gate_many
 
     found, _ = collect(cfg.envs, seed=cfg.run.seed, split="train")
     trained = {d for d, w in cfg.envs.mix.items() if w > 0}
-    chosen = [(task, gates) for task, gates in found if task.domain in trained]
+    target = cfg.sampler.pool_per_domain
     accepted: dict[str, list] = {}
+
+    def chosen():
+        for task, gates in found:
+            if task.domain in trained and not (
+                    target and len(accepted.get(task.domain, [])) >= target):
+                yield task, gates
 
     async def on_gated(task, report) -> None:
         if report.accepted:
             accepted.setdefault(task.domain, []).append(task)
 
-    await gate_many(chosen, cfg.envs.gates.sandbox, on_gated, concurrency=cfg.envs.gates.concurrency)
+    await gate_many(chosen(), cfg.envs.gates.sandbox, on_gated,
+                    concurrency=cfg.envs.gates.concurrency,
+                    cache=KvGateCache(None, cfg.envs.gates.keep_reports))
     return {d: sorted(ts, key=lambda t: t.task_id) for d, ts in accepted.items()}
 
 
@@ -132,10 +142,11 @@ async def heldout_rounds(cfg, models: dict) -> dict:
     import msgspec
 
     from bench.heldout_eval import evaluate
-    from envs.intake import gated_heldout
+    from envs.intake import KvGateCache, gated_heldout
 
     chosen = await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=cfg.evaluator.tasks_per_domain,
-                                 domain_tasks=cfg.evaluator.domain_tasks)
+                                 domain_tasks=cfg.evaluator.domain_tasks,
+                                 cache=KvGateCache(None, cfg.envs.gates.keep_reports))
     tasks = [t for domain in sorted(chosen) for t in chosen[domain]]
     out: dict = {"tasks": {d: [t.task_id for t in ts] for d, ts in sorted(chosen.items())},
                  "points": {}, "per_task": {}, "cpu_s": {}}

@@ -84,7 +84,7 @@ class KvGateCache:
     """Gate reports kept in KV whet-run (`<actor kind>.gate.<digest>`), so a restarted actor
     does not gate its tasks again, and (`keep_on_disk`) in files under `disk_cache_dir()`,
     so the next run on this machine does not either. The digest covers the task's content
-    id, the gates and the code that judged them."""
+    id, the gates and the code that judged them. Without a bus (benchmarks) only the disk."""
 
     def __init__(self, bus, keep_on_disk: bool = True) -> None:
         self.bus = bus
@@ -96,8 +96,8 @@ class KvGateCache:
 
     async def get(self, task: Task, gates: GateConfig) -> GateReport | None:
         digest = self.digest(task, gates)
-        raw = await self.bus.kv_get_bytes(subjects.BUCKET_RUN,
-                                          subjects.gate_key(self.bus.identity.kind, digest))
+        raw = None if self.bus is None else await self.bus.kv_get_bytes(
+            subjects.BUCKET_RUN, subjects.gate_key(self.bus.identity.kind, digest))
         if not raw and self.disk is not None:
             try:
                 raw = (self.disk / f"{digest}.json").read_bytes()
@@ -109,8 +109,9 @@ class KvGateCache:
         if "infra" in report.reasons:  # a sandbox outage is not the task's verdict
             return
         digest, raw = self.digest(task, gates), json.dumps(asdict(report)).encode()
-        await self.bus.kv_put_bytes(subjects.BUCKET_RUN,
-                                    subjects.gate_key(self.bus.identity.kind, digest), raw)
+        if self.bus is not None:
+            await self.bus.kv_put_bytes(subjects.BUCKET_RUN,
+                                        subjects.gate_key(self.bus.identity.kind, digest), raw)
         if self.disk is not None:
             try:
                 self.disk.mkdir(parents=True, exist_ok=True)
