@@ -14,12 +14,13 @@ trains nothing and publishes nothing.
 
 from __future__ import annotations
 
+import time
+
 import anyio
-import msgspec
 
 from actors.generator import make_turn
 from bus.messages import Attempt, EvalPoint, Task
-from envs.evaluation import Round, round_assignment_id
+from envs.evaluation import Round, point_of, round_assignment_id
 from judging.offline import judge_all
 from policy.config import ModelConfig
 from policy.engine import RowSettings, SampleRequest, room_left
@@ -66,9 +67,9 @@ async def evaluate(cfg, model: ModelConfig, tasks: list[Task],
             await backend.aclose()
     rnd = Round(0, len(judged), 0.0)
     for j in judged:
-        rnd.add(j.attempt.attempt_id, 0, j.attempt.task.domain, j.judgement.outcome,
-                j.judgement.reward)
-    points = rnd.points({})
-    point = points[0] if points else EvalPoint(version=0, complete=rnd.complete)
-    point = msgspec.structs.replace(point, complete=rnd.complete)
+        rnd.add(j.attempt.attempt_id, 0, j.attempt.task.task_id, j.attempt.task.domain,
+                j.judgement.outcome, j.judgement.reward)
+    result = rnd.result(0, trained=set(cfg.envs.mix), baseline={}, baseline_version=0,
+                        samples_per_task=1, train_reward=None, now=time.time())
+    point = point_of(result)
     return point, {j.attempt.task.task_id: (j.judgement.reward, j.judgement.outcome) for j in judged}

@@ -233,7 +233,11 @@ def main(args: argparse.Namespace) -> int:
     cfg, source = effective_config(args)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="vs-trl-"))
     work.mkdir(parents=True, exist_ok=True)
-    trl = train_trl(cfg, args, work)
+    if args.trl_from:  # a finished TRL phase (its trl.json and final model), not run again
+        trl = json.loads((Path(args.trl_from) / "trl.json").read_text())
+    else:
+        trl = train_trl(cfg, args, work)
+        (work / "trl.json").write_text(json.dumps(trl, indent=2))
     run_dir = Path(args.whetstone_run) if args.whetstone_run else run_whetstone(cfg, args.budget_s, work)
     whet = whetstone_side(run_dir.resolve())
     whet["settings_differ"] = settings_differ(cfg, run_dir)
@@ -271,6 +275,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heldout-per-domain", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=0, help="whetstone's held-out rounds every N versions")
     p.add_argument("--label", default="", help="e.g. 'smoke'; written into the report")
+    p.add_argument("--trl-from", default="", help="reuse the TRL phase kept in this work dir "
+                   "(trl.json and the final model) instead of training again")
     p.add_argument("--work-dir", default="", help="where TRL's final model is saved (default: a temp dir)")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "vs_trl.json"))
     return p.parse_args(argv)
