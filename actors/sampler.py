@@ -40,7 +40,7 @@ from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVers
 from bus.nats_bus import Bus
 from envs.admission import AdmissionCounters, admissible_groups
 from envs.curriculum import Curriculum
-from envs.intake import KvGateCache, collect, gate_many
+from envs.intake import KvGateCache, collect, gate_many, while_short
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.sampler")
@@ -236,15 +236,11 @@ class Sampler:
 
         pooled = Counter[str]()
 
-        def wanted():  # lazily: a domain stops once its pool is big enough
-            for task, gates in tasks:
-                if not target or pooled[task.domain] < target:
-                    yield task, gates
-
         def spent(seconds: float) -> None:
             progress[gauges.SANDBOX_CPU_S] = round(seconds, 3)
 
-        tally = await gate_many(wanted(), cfg.gates.sandbox, accepted,
+        tally = await gate_many(while_short(tasks, pooled, lambda domain: target),
+                                cfg.gates.sandbox, accepted,
                                 concurrency=cfg.gates.concurrency, on_cpu=spent,
                                 cache=KvGateCache(self.bus, cfg.gates.keep_reports))
         await self.load_rates()

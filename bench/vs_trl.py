@@ -113,25 +113,24 @@ async def gated_train_tasks(cfg) -> dict[str, list]:
     """The training split of the mix's domains, gated as the sampler gates it: in the same
     order, stopping a domain at `[sampler] pool_per_domain` accepted tasks, with the gate
     reports kept on this machine's disk."""
-    from envs.intake import KvGateCache, collect, gate_many
+    from collections import Counter
+
+    from envs.intake import KvGateCache, collect, gate_many, while_short
 
     found, _ = collect(cfg.envs, seed=cfg.run.seed, split="train")
     trained = {d for d, w in cfg.envs.mix.items() if w > 0}
     target = cfg.sampler.pool_per_domain
     accepted: dict[str, list] = {}
-
-    def chosen():
-        for task, gates in found:
-            if task.domain in trained and not (
-                    target and len(accepted.get(task.domain, [])) >= target):
-                yield task, gates
+    pooled = Counter[str]()
 
     async def on_gated(task, report) -> None:
         if report.accepted:
+            pooled[task.domain] += 1
             accepted.setdefault(task.domain, []).append(task)
 
-    await gate_many(chosen(), cfg.envs.gates.sandbox, on_gated,
-                    concurrency=cfg.envs.gates.concurrency,
+    mine = [(task, gates) for task, gates in found if task.domain in trained]
+    await gate_many(while_short(mine, pooled, lambda domain: target), cfg.envs.gates.sandbox,
+                    on_gated, concurrency=cfg.envs.gates.concurrency,
                     cache=KvGateCache(None, cfg.envs.gates.keep_reports))
     return {d: sorted(ts, key=lambda t: t.task_id) for d, ts in accepted.items()}
 

@@ -17,7 +17,7 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable, Mapping
+from typing import Awaitable, Callable, Iterable, Iterator, Mapping
 
 import anyio
 import msgspec
@@ -168,6 +168,16 @@ async def _one(task: Task, gates: GateConfig | None, backend, limiter, lanes, ta
         lanes.release()
 
 
+def while_short(tasks: Iterable[tuple[Task, GateConfig | None]], have: Mapping[str, int],
+                limit: Callable[[str], int]) -> Iterator[tuple[Task, GateConfig | None]]:
+    """`tasks`, lazily, skipping a domain's once `have[domain]` (filled as gates accept)
+    reaches `limit(domain)`; a limit of 0 is none. Read while gating, so gating stops early."""
+    for task, gates in tasks:
+        most = limit(task.domain)
+        if not most or have.get(task.domain, 0) < most:
+            yield task, gates
+
+
 async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
                         split: str = "heldout", domain_tasks: Mapping[str, int] | None = None,
                         cache: KvGateCache | None = None,
@@ -198,12 +208,8 @@ async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
             passed[task.domain] += 1
             accepted.append(task)
 
-    def candidates():  # id order, domains interleaved; a domain stops once it has enough
-        for group in itertools.zip_longest(*ordered.values()):
-            for task in group:
-                if task is not None and passed[task.domain] < wanted[task.domain]:
-                    yield task, gates[task.task_id]
-
-    await gate_many(candidates(), config.gates.sandbox, on_gated,
-                    concurrency=config.gates.concurrency, cache=cache, on_cpu=on_cpu)
+    interleaved = [(t, gates[t.task_id]) for group in itertools.zip_longest(*ordered.values())
+                   for t in group if t is not None]  # id order within each domain
+    await gate_many(while_short(interleaved, passed, wanted.__getitem__), config.gates.sandbox,
+                    on_gated, concurrency=config.gates.concurrency, cache=cache, on_cpu=on_cpu)
     return pick_heldout(accepted, per_domain, split, domain_tasks)
