@@ -37,7 +37,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="whetstone: RL post-training on verifiable tasks, as actors on NATS.")
 
 COMMAND_MODULES: list[str] = ["runtime.cli_auth", "runtime.cli_trace", "runtime.cli_exec",
-                             "runtime.cli_judge", "runtime.cli_tasks", "runtime.cli_compose"]
+                             "runtime.cli_judge", "runtime.cli_tasks", "runtime.cli_compose",
+                             "runtime.cli_review"]
 "Modules with a `register(app)` function that adds their commands."
 
 RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id or path (default: runs/latest).")]
