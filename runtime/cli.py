@@ -3,7 +3,7 @@
 Consumes command-line arguments, config files and a run directory (or `--url` /
 `WHET_NATS_URL`); produces a running stack, KV scale targets, and text or JSON on stdout.
 Errors from bad input exit with status 2 and one line naming what was wrong and where.
-Domain commands (exec, judge, tasks, trace, export) register themselves from their own
+Domain commands (exec, judge, tasks, trace, export, review) register themselves from their own
 modules through `COMMAND_MODULES`.
 """
 

@@ -156,6 +156,10 @@ def read_label_file(path: Path, trials: dict[str, Trial], labeller: str) -> list
 
 def model_judge_config(rd: rundir.RunDir, config: Optional[Path]) -> ModelJudgeConfig:
     cfg = config_mod.load(config or rd.config_file).judge.model_judge
+    try:
+        import aiohttp  # noqa: F401 - the model judge's client
+    except ImportError:
+        raise WhetError("the model judge needs aiohttp: pip install '.[judge]'") from None
     if not cfg.enabled:
         raise WhetError(f"judge.model_judge is off in {config or rd.config_file}; enable it "
                         "there or pass --config with an enabled [judge.model_judge]")

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from judging import review, review_log
+from runtime.embedded import EmbeddedServer
 from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
 
 
@@ -107,14 +108,19 @@ async def test_review_records_labels_that_survive_and_reports_agreement(tmp_path
 
 
 async def test_label_file_records_labels_and_names_a_bad_line(tmp_path):
-    """--label-file takes JSON lines without questions; a bad line or unknown trial is named."""
+    """--label-file takes JSON lines without questions (here from a live server given by
+    --url); a bad line or an unknown trial is named, and the file is then not recorded."""
     run = await stopped_run(tmp_path / "runs", RUN_TRIALS)
     good = tmp_path / "good.jsonl"
     good.write_text("\n".join(json.dumps(x) for x in [
         {"trial_id": "g0.0", "reward_right": True, "cause_right": True},
         {"trial_id": "g3.0", "reward_right": False, "cause_right": False,
          "cause_should_be": "pass"}]) + "\n")
-    r = whet(run, "review", "--label-file", str(good))
+    live = EmbeddedServer(run / "nats")
+    try:
+        r = whet(run, "review", "--label-file", str(good), "--url", live.start())
+    finally:
+        live.stop()
     assert r.returncode == 0, r.stderr
     assert "recorded 2 labels" in r.stdout
     kept = review_log.read(run / "review" / "labels.jsonl", review.Label)
