@@ -10,7 +10,6 @@ It writes nothing to the bus and never changes a verdict or a reward.
 """
 
 import getpass
-import json
 import sys
 import time
 from pathlib import Path
