@@ -10,6 +10,7 @@ It writes nothing to the bus and never changes a verdict or a reward.
 """
 
 import getpass
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,8 +60,6 @@ async def _replay(run: Optional[str], url: Optional[str], run_id: str) -> list[T
 
 def load_trials(run: Optional[str], url: Optional[str]) -> tuple[rundir.RunDir, list[Trial]]:
     """The run folder and its trials, newest record of each trial id."""
-    import os
-
     from runtime.embedded import EmbeddedServer
 
     rd = rundir.find(run)
