@@ -6,7 +6,8 @@ Consumes the `ExecutionResult`, the harness's `Report` and the per-test results;
 `model.oom` (its own allocation), `model.output_limit`, `model.suspicious_exit`.
 Infrastructure causes, which must never become rewards: `infra.sandbox` (launcher, daemon,
 harness), `infra.resource_exhausted` (by other jobs), `infra.executor_killed`,
-`infra.cpu_starvation`, `infra.missing_dependency`.
+`infra.cpu_starvation`, `infra.missing_dependency`. (The model judge's outages are
+`infra.model_judge`, in `judging.model_judge`: they too never become rewards.)
 
 CPU starvation is told apart from a slow program by how the call ended: a call that used its
 CPU budget is slow by itself however busy the machine was; one that reached the deadline

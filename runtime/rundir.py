@@ -7,6 +7,7 @@ Consumes a `RunConfig`; produces `runs/<run_id>/` with
 - `logs/<instance>.jsonl` one JSON-lines event log per process;
 - `supervisor.pid`        the process `whet down` signals;
 - `failure.json`          why the run stopped, when a kind's crash loop stopped it;
+- `review/`               people's labels and the model judge's opinions (`whet review`);
 and the `runs/latest` link. It starts nothing.
 """
 
