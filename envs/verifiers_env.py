@@ -36,7 +36,8 @@ from envs.environment import Environment, split_of
 RUBRIC_LIMITS = Limits(timeout_s=10.0, cpu_s=10.0, memory_mb=256, pids=16, disk_mb=16)
 "Limits of one rubric run (the shim imports nothing heavy)."
 MAX_SOURCE_BYTES = 512 * 1024
-"Most bytes of module source shipped with every task."
+("Most bytes of module source shipped with every task: an execution request carries them "
+ "twice (task and job) under the bus's 8 MB message limit.")
 SUPPORTED = ("whetstone plays a plain verifiers taskset (SingleAgentEnv) as one prompt and "
              "one reply without tools, scored by the task's @vf.reward methods")
 

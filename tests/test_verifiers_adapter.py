@@ -278,3 +278,22 @@ def test_unsupported_environments_are_named(modules):
         entry_tasks("boxed", EnvEntry(verifiers="whet_vf_boxed"))
     with pytest.raises(ConfigError, match=r"cannot load verifiers taskset 'whet_vf_nowhere'"):
         entry_tasks("nowhere", EnvEntry(verifiers="whet_vf_nowhere"))
+
+
+async def test_judge_actor_gives_rubric_verdicts_over_the_bus(bus, arith, built_envs):  # noqa: F811
+    """Over a real nats-server, the judge and executor actors (local sandbox) give a verifiers
+    attempt the rubric's reward, and a failed one gets no second turn even when turns are left."""
+    from tests.test_judge_actor import actors, all_handled, config, publish, verdicts
+
+    cfg = config(SandboxConfig(backend="local"), max_turns=2)
+    right = attempt(arith[1], "<work>10+7</work><answer>17</answer>", attempt_id="v1.0")
+    wrong = attempt(arith[1], "<answer>71</answer>", attempt_id="v1.1")
+    async with actors(bus, cfg) as logs:
+        await publish(bus, right, wrong)
+        got = {v.verdict_id: v for _, v in await verdicts(bus, 2)}
+        await all_handled(bus)
+    assert (got["v1.0"].outcome, got["v1.0"].reward) == ("pass", 1.0)
+    assert (got["v1.1"].outcome, got["v1.1"].reward, got["v1.1"].cause) == ("fail", 0.0, "model.wrong_answer")
+    assert got["v1.1"].components == {"correct": 0.0, "shows_work": 0.0}
+    assert got["v1.0"].attempt.turns[-1].execution.backend == "local"
+    assert not [e for e in logs if e["event"] == "judge.continued"]
