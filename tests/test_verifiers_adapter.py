@@ -297,3 +297,18 @@ async def test_judge_actor_gives_rubric_verdicts_over_the_bus(bus, arith, built_
     assert got["v1.1"].components == {"correct": 0.0, "shows_work": 0.0}
     assert got["v1.0"].attempt.turns[-1].execution.backend == "local"
     assert not [e for e in logs if e["event"] == "judge.continued"]
+
+
+def test_gate_reports_follow_the_rubric_source(arith):
+    """A kept gate report is keyed by the rubric's source too: the task id leaves it out, so
+    an edited reward method is gated again."""
+    import msgspec
+
+    from envs.intake import KvGateCache
+
+    task = arith[0]
+    edited = msgspec.structs.replace(task, verifier=msgspec.structs.replace(
+        task.verifier, extra={**task.verifier.extra, "files": '{"whet_vf_arith.py": "# edited"}'}))
+    cache, gates = KvGateCache(None, keep_on_disk=False), GateConfig()
+    assert edited.task_id == task.task_id
+    assert cache.digest(edited, gates) != cache.digest(task, gates)
