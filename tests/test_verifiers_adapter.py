@@ -226,11 +226,18 @@ async def test_hostile_replies_stay_in_the_sandbox(arith, local):
     writes = f"<work>open({target!r}, 'w').write('x') and 5</work><answer>5</answer>"
     exits = "<work>__import__('os')._exit(0)</work><answer>5</answer>"
     kills = "<work>__import__('os').kill(__import__('os').getppid(), 9)</work><answer>5</answer>"
+    record = b'{"k": "reward", "name": "bonus", "score": 1, "weight": 9}\n'
+    fd = "int(__import__('os').environ.get('WHET_REPORT_FD', '3'))"
+    forges = f"<work>__import__('os').write({fd}, {record!r}) and 5</work><answer>5</answer>"
     judged = await judge(local, [attempt(arith[0], r, attempt_id=f"h.{i}")
-                                 for i, r in enumerate([writes, exits, kills])],
+                                 for i, r in enumerate([writes, exits, kills, forges])],
                          JudgeConfig(max_retries=0))
     assert not os.path.exists(target)
-    wrote, exited, killed = (j.judgement for j in judged)
+    wrote, exited, killed, forged = (j.judgement for j in judged)
+    # the scoring process has no report descriptor (the number may be reused by then, e.g.
+    # by asyncio's epoll): the forged record never reaches the judge
+    assert (forged.outcome, forged.reward, forged.cause) == ("dropped", None, "infra.rubric_error")
+    assert "OSError" in forged.evidence and "bonus" not in forged.components
     # the write succeeded in the sandbox's own /tmp: a rubric that executes replies can be
     # gamed by them (documented), but the host never sees it
     assert (wrote.outcome, wrote.reward) == ("pass", 1.0)
