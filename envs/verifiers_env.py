@@ -16,6 +16,15 @@ What is refused, naming the class: another `Env` (several agents, a user simulat
 of n), a taskset that ships its own harness, tools (`toolsets`), container tasks, task
 `setup`/`finalize`/`stage_verifier` hooks, rewards that need a `runtime`, and judges. It does
 NOT gate tasks (`envs.gates` runs the rubric once on an empty reply) or run any reward.
+
+Read from verifiers 0.4.0 (site-packages/verifiers): the package root is `verifiers.v1`;
+`utils/loaders.py` (`load_environment(config) -> Env`, `environment_class`: the taskset
+package's exported `Env` subclass, else `SingleAgentEnv`; `default_harness_id`: its exported
+`Harness`, else "bash"); `taskset.py` (`Taskset.load()` yields `Task`s, `take(n)` bounds an
+infinite one); `task.py` (`TaskData` fields, `Task.key` defaults to the content hash of the
+data, `idx` included; `Task.score(trace, runtime=None)` calls the `@vf.reward`/`@vf.metric`
+hooks by parameter name with `task`, `trace`, `runtime`); `trace.py` (`Trace.reward` is the sum
+of score times weight). There is no SingleTurnEnv, Rubric, Parser or MultiTurnEnv in 0.4.0.
 """
 
 from __future__ import annotations
