@@ -33,6 +33,7 @@ from bus import subjects
 from bus.consumer import Delivery, consume
 from bus.messages import Attempt, ExecutionDone, ExecutionRequest
 from bus.nats_bus import Bus
+from judging import rubric
 from judging.attribution import Cause
 from judging.config import JudgeConfig
 from judging.feedback import feedback_for
@@ -98,7 +99,8 @@ class Judge:
 
     async def finish(self, attempt: Attempt, judgement: Judgement, *, retries: int, spent: float) -> None:
         turn = len(attempt.turns)
-        if judgement.outcome == "fail" and turn < self.config.max_turns:
+        single_turn = attempt.task.verifier.kind == rubric.KIND  # a verifiers task is one reply
+        if judgement.outcome == "fail" and turn < self.config.max_turns and not single_turn:
             await self.continue_attempt(attempt, judgement)
         else:
             verdict = judgement.verdict(attempt, judge=self.bus.identity.instance, retries=retries)

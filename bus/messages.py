@@ -53,8 +53,12 @@ class Verifier(Part):
       (subset: type, properties, required, items, enum, minimum, maximum, pattern) and
       `hidden` a JSON list of content rules `{"path": "a.b[0]", "equals": value}` (or
       "contains", "matches"). Nothing is executed.
+    - `verifiers`: a task of a verifiers 0.4.0 taskset (`envs.verifiers_env`); the whole reply
+      is scored in the sandbox by the task's `@vf.reward` methods (`judging.rubric`).
+      `extra` holds `module`, `task_class`, `data_class`, `data` (the task data, JSON) and
+      `files` (the module's source files, JSON); there is no reference.
 
-    `reference` is always a correct attempt (the solvability gate runs it).
+    `reference`, where a kind has one, is a correct attempt (the solvability gate runs it).
     """
 
     kind: str

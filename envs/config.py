@@ -22,6 +22,9 @@ class EnvEntry(Section):
     "'module:ATTRIBUTE' of an `Environment`; empty means the built-in of the entry's name."
     file: str = ""
     "A JSONL file of Task records to use instead of a generator (bad lines are reported)."
+    verifiers: str = ""
+    ("A verifiers 0.4.0 taskset id (an importable module exporting a `vf.Taskset` in `__all__`) "
+     "to use instead of a generator; its `@vf.reward` methods score replies in the sandbox.")
     count: Annotated[int, msgspec.Meta(ge=0)] = 300
     "Tasks to generate (or, for a file, most tasks to read)."
     heldout_share: Share = 0.1

@@ -5,6 +5,8 @@ rejected with reasons) and tallies of rejections by reason. Code runs only throu
 judging API (`judging.verify.check_code`), the same path the judge scores attempts with.
 
 - validity: the verifier record is complete for its kind (parsable case lists, a reference);
+- for a `verifiers` task instead of the three below (it has no reference): its rubric runs in
+  the sandbox on an empty reply, without error, and gives it less than the full reward;
 - solvability: the reference passes every test;
 - determinism: a second run of the reference produces the same outputs (digest);
 - mutation: mutants of the reference (`envs.mutants`) must fail; a task whose tests kill
@@ -30,7 +32,7 @@ from envs.config import GateConfig
 from judging.jobs import TaskError
 from envs.mutants import Mutant, json_mutants, python_mutants
 
-KINDS = ("python_io", "python_check", "script_io", "structured")
+KINDS = ("python_io", "python_check", "script_io", "structured", "verifiers")
 
 
 @dataclass
@@ -78,6 +80,10 @@ def validity_problems(task: Task) -> list[str]:
     problems = []
     if v.kind not in KINDS:
         return [f"verifier.kind: {v.kind!r} is not one of {list(KINDS)}"]
+    if v.kind == "verifiers":
+        from judging.rubric import problems as rubric_problems
+
+        return rubric_problems(task)
     if not v.reference.strip():
         problems.append("verifier.reference: empty (the solvability gate needs one)")
     if v.kind == "python_io" and not task.entry_point:
@@ -159,11 +165,26 @@ async def gate_task(task: Task, backend, config: GateConfig,
         report.reject("invalid", "; ".join(problems))
         return report
     try:
-        await _reference_gates(task, report, config, check)
+        if task.verifier.kind == "verifiers":
+            await _rubric_gate(task, report, check)
+        else:
+            await _reference_gates(task, report, config, check)
     except* TaskError as group:  # the judge names the malformed verifier field
         report.reject("invalid", f"the judge rejects the verifier data: {group.exceptions[0]}")
     report.seconds = time.monotonic() - started
     return report
+
+
+async def _rubric_gate(task: Task, report: GateReport, check) -> None:
+    """A verifiers task has no reference: its rubric must run in the sandbox and give an
+    empty reply less than the full reward."""
+    empty = await check(task, "")
+    if empty.cause.startswith("infra"):
+        reason = "infra" if empty.cause in ("infra.sandbox", "infra.resource_exhausted") else "invalid"
+        report.reject(reason, f"the rubric does not run in the sandbox: {empty.cause}: "
+                              f"{empty.evidence[-400:]}")
+    elif empty.ok:
+        report.reject("weak_tests", "an empty reply gets the full reward")
 
 
 async def _reference_gates(task: Task, report: GateReport, config: GateConfig, check) -> None:

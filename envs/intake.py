@@ -84,7 +84,8 @@ class KvGateCache:
     """Gate reports kept in KV whet-run (`<actor kind>.gate.<digest>`), so a restarted actor
     does not gate its tasks again, and (`keep_on_disk`) in files under `disk_cache_dir()`,
     so the next run on this machine does not either. The digest covers the task's content
-    id, the gates and the code that judged them. Without a bus (benchmarks) only the disk."""
+    id (and a verifiers task's rubric source, which its id leaves out), the gates and the
+    code that judged them. Without a bus (benchmarks) only the disk."""
 
     def __init__(self, bus, keep_on_disk: bool = True) -> None:
         self.bus = bus
@@ -92,6 +93,8 @@ class KvGateCache:
 
     def digest(self, task: Task, gates: GateConfig) -> str:
         body = task.task_id + "|" + msgspec.json.encode(gates).decode()
+        if task.verifier.kind == "verifiers":  # its id leaves out the rubric's source
+            body += "|" + task.verifier.extra.get("files", "")
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 
     async def get(self, task: Task, gates: GateConfig) -> GateReport | None:

@@ -1,7 +1,7 @@
 """Which environments exist, and the tasks each enabled config entry yields.
 
 Consumes `[envs.use.<name>]` entries; produces `Environment`s (built-in, a user's
-`module:ATTRIBUTE`, or a task file) and their tasks with the entry's split applied. Bad
+`module:ATTRIBUTE`, a task file, or a verifiers taskset) and their tasks with the entry's split applied. Bad
 task-file lines come back as errors beside the tasks, never instead of them. It runs no
 gates and samples nothing.
 """
@@ -42,6 +42,10 @@ HUMANEVAL = Environment(
 
 def resolve(name: str, entry: EnvEntry) -> Environment:
     """The Environment an entry names (its target, or the built-in of its name)."""
+    if entry.verifiers:
+        from envs import verifiers_env  # imports verifiers only for such an entry
+
+        return verifiers_env.environment(name, entry)
     if entry.file:
         return Environment(name=name, version="file", domain=name,
                            summary=f"tasks from {entry.file}")

@@ -5,7 +5,7 @@ Consumes a `Task` and a completion (model text, perhaps markdown) or raw code; p
 and the structure checks: does it parse or compile, does it follow the output format, does it
 define the entry point. The format is `extra["format"]` of the verifier: "any" (default:
 raw code, or exactly one code block), "code_block" (exactly one fenced block) or "raw" (no
-fences). It runs nothing.
+fences). A `verifiers` reply is taken whole, unchecked (its rubric judges it). It runs nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +55,8 @@ class Candidate:
 
 def from_completion(task: Task, completion: str) -> Candidate:
     """The candidate in a model completion, with its format judged."""
+    if task.verifier.kind == "verifiers":  # the whole reply is scored (judging.rubric)
+        return Candidate(completion)
     structured = task.verifier.kind == "structured"
     langs = _JSON_LANGS if structured else _CODE_LANGS
     blocks = [body for lang, body in _FENCE.findall(completion) if lang.lower() in langs]
@@ -87,6 +89,8 @@ def _format(rule: str, fenced: bool, blocks: int, fences: int) -> tuple[bool, st
 def from_code(task: Task, code: str) -> Candidate:
     """The candidate for raw code (no markdown): for python_check, a continuation of the prompt."""
     kind = task.verifier.kind
+    if kind == "verifiers":
+        return Candidate(code)
     if kind == "structured":
         try:
             return Candidate(code, value=json.loads(code))

@@ -5,7 +5,8 @@ data of `judging.harness`) and `solution.py` as files, `python3 -I -S harness.py
 and the spec on stdin: tests, the arguments of each case, the reference, a nonce. Expected
 values of cases (python_io, script_io) are never put in the job: the judge compares outside.
 `expected_ids` recomputes from a job which test ids its report must hold, so a report that
-stops early is caught. It runs nothing; `structured` tasks get no job at all.
+stops early is caught. It runs nothing; `structured` tasks get no job at all, and `verifiers` tasks get theirs from
+`judging.rubric`.
 
 Verifier extras read here (besides those the kinds define): `random_cases` (how many
 randomized inputs, default 10 for functions, 0 for scripts without `generator`),
@@ -50,9 +51,17 @@ def shipped_digest() -> dict[str, str]:
 
 def build_job(task: Task, cand: Candidate, *, nonce: str | None = None) -> Job:
     """The job that runs every test layer of `task` against `cand`."""
+    from judging import rubric  # it imports attribution, which imports this module
+
     kind = task.verifier.kind
+    if kind == rubric.KIND:
+        try:
+            return rubric.build_job(task, cand.code, nonce or secrets.token_hex(16))
+        except rubric.RubricTaskError as exc:
+            raise TaskError(str(exc)) from None
     if kind not in MODES:
-        raise TaskError(f"verifier.kind: {kind!r} is not executed (expected one of {sorted(MODES)})")
+        raise TaskError(f"verifier.kind: {kind!r} is not executed (expected one of "
+                        f"{sorted([*MODES, rubric.KIND])})")
     spec = make_spec(task, nonce or secrets.token_hex(16))
     files = {**shipped(), "solution.py": cand.code.encode()}
     return Job(command=list(COMMAND), files=files, runtime=task.runtime,

@@ -11,6 +11,7 @@ decisions is the point of this module:
    a test, such as a starved call or a missing module, still drops it);
 4. it passes only when the structure layer and every counted test passed.
 
+A `verifiers` task's rubric decides alone (`judging.rubric`): steps 2-4 do not apply.
 `before_running` answers without a job when none is needed (code that does not compile, and
 structured documents). It does no I/O.
 """
@@ -23,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
-from judging import structured
+from judging import rubric, structured
 from judging.attribution import Cause, attribute, job_cause
 from judging.config import RewardConfig
 from judging.extract import Candidate, from_completion
@@ -81,6 +82,8 @@ def before_running(task: Task, cand: Candidate, turns: int, weights: RewardConfi
 def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult, turns: int,
                  weights: RewardConfig) -> Judgement:
     """The judgement of an executed attempt."""
+    if task.verifier.kind == rubric.KIND:
+        return from_rubric(rubric.score(task, job, result))
     spec = json.loads(job.stdin)
     report = read_report(result, spec["nonce"])
     tests = score_tests(task, spec, report)
@@ -111,6 +114,12 @@ def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest]
     if cause is not None:
         return Judgement("fail", reward, parts, cause.cause, cause.evidence, layers, tests, [], digest)
     return Judgement("pass", reward, parts, "", "", layers, tests, [], digest)
+
+
+def from_rubric(scored: rubric.RubricScore) -> Judgement:
+    """A verifiers rubric's score as a judgement: its reward as it is, no hack checks."""
+    return Judgement(scored.outcome, scored.reward, scored.components, scored.cause,
+                     scored.evidence, scored.layers, digest=scored.digest)
 
 
 def dropped(cause: Cause, layers: list[LayerResult], tests: list[ScoredTest]) -> Judgement:

@@ -31,6 +31,8 @@ class Report:
     shipped: dict[str, str] = field(default_factory=dict)
     garbage: int = 0
     "Lines that were not JSON records."
+    rewards: list[dict] = field(default_factory=list)
+    "`reward` records of a rubric job (name, score, weight), in order."
 
 
 def read_report(result: ExecutionResult, nonce: str) -> Report:
@@ -76,3 +78,5 @@ def _take(report: Report, kind: str, record: dict, nonce: str) -> None:
         report.crash = str(record.get("error", ""))[-2000:]
     elif kind == "budget":
         report.budget_spent = True
+    elif kind == "reward":
+        report.rewards.append(record)

@@ -1,0 +1,147 @@
+"""The `verifiers` verifier kind: a verifiers 0.4.0 task's reward methods score the reply, sandboxed.
+
+Consumes a `Task` of kind `verifiers` (written by `envs.verifiers_env`) and the reply;
+`build_job` produces the `Job`: `rubric_runner.py` with the verifiers stand-in
+(`harness/vf_shim.py`) under `shim/`, the environment's source files under `env/`, and on
+stdin the module, the task and data classes, the task's data and the reply. `score` reads
+that job's report into a `RubricScore`:
+
+- reward: the rubric's own total, as verifiers' `Trace.reward` defines it (the sum of score
+  times weight over the recorded rewards); components: each reward's score times weight;
+- pass: the total reaches the best the weights allow (every positive-weight reward at 1,
+  every negative-weight one at 0); otherwise fail (`model.wrong_answer`);
+- dropped (no reward): the rubric raised, timed out or ended without scores
+  (`infra.rubric_error`, `infra.rubric_timeout`), the sandbox failed (`infra.sandbox`), or a
+  score was missing, NaN or outside [0, 1] (`infra.bad_task`, naming the reward).
+
+Verifier extras read here: `module`, `task_class`, `data_class`, `data` (JSON object) and
+`files` (JSON object of relative path to source text). It runs nothing itself and does not
+apply `[judge.reward]` weights (the rubric's weights are the reward).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+
+from bus.messages import ExecutionResult, Job, LayerResult, Task
+from judging.attribution import Cause, job_cause
+from judging.report import read_report
+
+KIND = "verifiers"
+COMMAND = ["python3", "-I", "rubric_runner.py"]
+"The runtime's Python, isolated; site-packages stay on (the tree's numpy is importable)."
+EXTRAS = ("module", "task_class", "data_class", "data", "files")
+
+
+class RubricTaskError(ValueError):
+    """The task's verifier data cannot make a rubric job (names the field)."""
+
+
+@dataclass(frozen=True)
+class RubricScore:
+    outcome: str
+    "'pass', 'fail' or 'dropped'."
+    reward: float | None
+    components: dict[str, float] = field(default_factory=dict)
+    cause: str = ""
+    evidence: str = ""
+    layers: list[LayerResult] = field(default_factory=list)
+    digest: str = ""
+
+
+@functools.cache
+def shipped() -> dict[str, bytes]:
+    """The trusted files of every rubric job."""
+    root = resources.files("judging.harness")
+    shim = root.joinpath("vf_shim.py").read_bytes()
+    return {"rubric_runner.py": root.joinpath("rubric_runner.py").read_bytes(),
+            "shim/verifiers/__init__.py": b"from verifiers.v1 import __version__  # noqa: F401\n",
+            "shim/verifiers/v1/__init__.py": shim,
+            "shim/pydantic.py": b"from verifiers.v1 import BaseModel, ConfigDict, Field  # noqa: F401\n"}
+
+
+def problems(task: Task) -> list[str]:
+    """What is missing or malformed in a `verifiers` verifier record (empty when usable)."""
+    extra = task.verifier.extra
+    out = [f"verifier.extra.{name}: missing" for name in EXTRAS if not extra.get(name)]
+    for name in ("data", "files"):
+        if extra.get(name):
+            try:
+                if not isinstance(json.loads(extra[name]), dict):
+                    out.append(f"verifier.extra.{name}: expected a JSON object")
+            except ValueError as exc:
+                out.append(f"verifier.extra.{name}: not JSON ({exc})")
+    return out
+
+
+def build_job(task: Task, reply: str, nonce: str) -> Job:
+    """The job that scores `reply` with the task's reward methods."""
+    found = problems(task)
+    if found:
+        raise RubricTaskError("; ".join(found))
+    extra = task.verifier.extra
+    env_files = {f"env/{path}": text.encode() for path, text in json.loads(extra["files"]).items()}
+    spec = {"v": 1, "nonce": nonce, "module": extra["module"], "task_class": extra["task_class"],
+            "data_class": extra["data_class"], "data": json.loads(extra["data"]), "reply": reply,
+            "budget_s": round(max(task.limits.timeout_s * 0.8 - 0.2, 0.2), 3)}
+    return Job(command=list(COMMAND), files={**env_files, **shipped()}, runtime=task.runtime,
+               stdin=json.dumps(spec).encode(), limits=task.limits)
+
+
+def score(task: Task, job: Job, result: ExecutionResult) -> RubricScore:
+    """The score of a finished rubric job (or why it gives none)."""
+    nonce = json.loads(job.stdin)["nonce"]
+    report = read_report(result, nonce)
+    structure = LayerResult(name="structure", passed=1, total=1, ok=True)
+    if result.sandbox_failed or result.status == "sandbox_error":
+        cause = job_cause(result, report, task.limits.memory_mb) or Cause("infra.sandbox", result.sandbox_error)
+        return dropped(cause, structure)
+    if report.infra:
+        kind = "infra.rubric_timeout" if report.infra[0].startswith("rubric_timeout") else "infra.rubric_error"
+        return dropped(Cause(kind, "; ".join(report.infra)[-2000:]), structure)
+    if not (report.started and report.ended and report.nonce_ok):
+        kind = "infra.rubric_timeout" if result.status == "timeout" else "infra.rubric_error"
+        return dropped(Cause(kind, f"the rubric runner ended without its report ({result.status}, "
+                                   f"exit {result.exit_code}): {result.stderr[-1000:]}"), structure)
+    bad = [why for why in map(_invalid, report.rewards) if why]
+    if bad or not report.rewards:
+        why = "; ".join(bad) or "the task recorded no reward (it has no @vf.reward method?)"
+        return dropped(Cause("infra.bad_task", why), structure)
+    return judged(report.rewards, structure)
+
+
+def _invalid(record: dict) -> str:
+    name, value, weight = record.get("name"), record.get("score"), record.get("weight")
+    if not isinstance(value, (int, float)) or math.isnan(value):
+        return f"reward {name!r} gave {value!r}: a score must be a number in [0, 1]"
+    if not 0.0 <= value <= 1.0:
+        return (f"reward {name!r} gave {value!r}: a score must lie in [0, 1] (scale it with "
+                "@vf.reward(weight=...) instead)")
+    if not isinstance(weight, (int, float)) or not math.isfinite(weight):
+        return f"reward {name!r} has weight {weight!r}: a weight must be a finite number"
+    return ""
+
+
+def judged(records: list[dict], structure: LayerResult) -> RubricScore:
+    parts = {str(r["name"]): round(float(r["score"]) * float(r["weight"]), 6) for r in records}
+    full = [r for r in records if float(r["score"]) == (1.0 if r["weight"] >= 0 else 0.0)]
+    total = sum(float(r["score"]) * float(r["weight"]) for r in records)
+    best = sum(max(float(r["weight"]), 0.0) for r in records)
+    passed = total >= best - 1e-9
+    detail = "; ".join(f"{r['name']}={r['score']:g}x{r['weight']:g}" for r in records)[:500]
+    rubric = LayerResult(name="rubric", passed=len(full), total=len(records), ok=passed, detail=detail)
+    digest = hashlib.sha256(json.dumps(sorted(parts.items())).encode()).hexdigest()[:32]
+    if passed:
+        return RubricScore("pass", round(total, 6), parts, "", "", [structure, rubric], digest)
+    short = "; ".join(f"{r['name']}={r['score']:g}" for r in records if r not in full)
+    return RubricScore("fail", round(total, 6), parts, "model.wrong_answer",
+                       f"below full score: {short}"[:2000], [structure, rubric], digest)
+
+
+def dropped(cause: Cause, structure: LayerResult) -> RubricScore:
+    return RubricScore("dropped", None, {}, cause.cause, cause.evidence, [structure])
