@@ -56,7 +56,8 @@ def shipped_digest() -> dict[str, str]:
 def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
               quality: QualityConfig | None = None) -> Job:
     """The job that runs every test layer of `task` against `cand`, and measures its quality
-    when `quality` is on (its limits then grow by the measurements' own allowance)."""
+    when `quality` is on (its time, CPU and memory limits then grow by the measurements' own
+    allowance; the harness's budgets and the candidate's memory cap stay the task's)."""
     kind = task.verifier.kind
     if kind not in MODES:
         raise TaskError(f"verifier.kind: {kind!r} is not executed (expected one of {sorted(MODES)})")
@@ -65,8 +66,10 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
     measured = quality_mod.job_spec(quality, cand) if quality is not None else None
     if measured is not None:
         spec["quality"] = measured
+        tools = measured["lint"] or measured["types"]
         limits = msgspec.structs.replace(limits, timeout_s=limits.timeout_s + quality.time_s,
-                                         cpu_s=limits.cpu_s + quality.time_s)
+                                         cpu_s=limits.cpu_s + quality.time_s,
+                                         memory_mb=limits.memory_mb + quality_mod.MEMORY_MB * tools)
     files = {**shipped(), "solution.py": cand.code.encode()}
     return Job(command=list(COMMAND), files=files, runtime=task.runtime,
                stdin=json.dumps(spec).encode(), limits=limits,

@@ -25,6 +25,8 @@ from __future__ import annotations
 from judging.config import QualityConfig
 from judging.extract import Candidate
 
+MEMORY_MB = 128
+"Added to a job's memory limit while lint or types are measured (mypy peaked at 67-86 MB here)."
 CPU_FLOOR_S = 0.005
 "Added to both CPU times before the ratio: below this, differences are measurement noise."
 

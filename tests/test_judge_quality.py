@@ -112,3 +112,14 @@ async def test_the_judge_actor_sends_quality_in_the_verdict_of_a_pass_only(bus, 
     assert failed.outcome == "fail" and not set(QUALITY_COMPONENTS) & set(failed.components)
     for v in (passed, failed):
         assert sum(v.components.values()) == pytest.approx(v.reward, abs=1e-5)
+
+
+async def test_a_script_task_is_measured_too(local):
+    """script_io: the reference script's own source gets E401 (two imports on a line) and a
+    runtime measured against itself, run by the harness on the hidden cases."""
+    from tests.test_judge_kinds import WORDS
+
+    [j] = await judge(local, [attempt(WORDS, WORDS.verifier.reference)], QUALITY)
+    assert j.judgement.outcome == "pass", j.judgement.evidence
+    assert "E401" in j.judgement.evidence and j.judgement.components["lint"] == pytest.approx(0.04 * 0.8)
+    assert j.judgement.components["runtime"] == pytest.approx(0.03)

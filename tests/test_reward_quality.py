@@ -112,3 +112,23 @@ def test_the_type_check_runs_with_the_flags_its_cache_was_built_with():
     [warm] = envs.SPECS["python"].prepare
     assert warm[:1 + len(envs.MYPY_FLAGS)] == ("mypy", *envs.MYPY_FLAGS)
     assert f"--cache-dir={envs.MYPY_CACHE}" in warm
+
+
+def test_measuring_quality_grows_the_jobs_limits_but_not_the_tests_budgets():
+    """The job gets the measurements' time, CPU and memory on top; the harness's test budget,
+    per-call limits and the candidate's memory cap are still the task's."""
+    import json
+
+    from judging.extract import from_completion
+    from judging.jobs import build_job
+    from tests.judging_support import io_task
+
+    task = io_task([([[1]], 1)], [([[2]], 2)], "def f(xs):\n    return sum(xs)\n")
+    cand = from_completion(task, "def f(xs):\n    return sum(xs)\n")
+    plain, measured = build_job(task, cand, nonce="n"), build_job(task, cand, nonce="n", quality=ON)
+    assert measured.limits.timeout_s == plain.limits.timeout_s + ON.time_s
+    assert measured.limits.cpu_s == plain.limits.cpu_s + ON.time_s
+    assert measured.limits.memory_mb == plain.limits.memory_mb + 128
+    spec, base = json.loads(measured.stdin), json.loads(plain.stdin)
+    assert spec.pop("quality") == {"lint": True, "types": True, "runtime": True, "offset": 0, "wall_s": 8.0}
+    assert spec == base and "quality" not in base

@@ -27,7 +27,7 @@ _LINE = re.compile(r"^[^:\n]*solution\.py:(\d+):(?:\d+:)?\s*(.*)$", re.MULTILINE
 def lint_argv(path: str, offset: int) -> list[str]:
     # A whole function in a check task redefines the prompt's stub: that is the format, not a finding.
     ignore = ["--extend-ignore=F811"] if offset else []
-    return ["flake8", "--isolated", f"--select={LINT_RULES}", *ignore, path]
+    return ["flake8", "--isolated", "--jobs=1", f"--select={LINT_RULES}", *ignore, path]
 
 
 MYPY_CACHE = "/var/cache/whet-mypy"
