@@ -11,7 +11,7 @@ from judging.reward import QUALITY_COMPONENTS
 from sandbox import open_backend
 from sandbox.config import ExecutorConfig, SandboxConfig
 from tests.judging_support import attempt, humaneval, io_task, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
 from tests.test_judge_actor import actors, all_handled, publish, verdicts
 
 QUALITY = JudgeConfig(reward=RewardConfig(tests=0.82, format=0.08,
@@ -37,10 +37,11 @@ async def local(built_envs):  # noqa: F811
             await opened.aclose()
 
 
-async def test_a_passing_attempt_gets_each_quality_as_its_own_component(local):
-    """Clean code gets every bonus whole; code with lint findings and a type error passes with
-    smaller lint and types bonuses (named in the evidence); a failure gets no quality key."""
-    clean, messy, wrong = await judge(local, [attempt(SUM, c, attempt_id=f"q.{i}")
+async def test_a_passing_attempt_gets_each_quality_as_its_own_component(backend):  # noqa: F811
+    """On every isolating backend: clean code gets every bonus whole; code with lint findings
+    and a type error passes with smaller lint and types bonuses (named in the evidence); a
+    failure gets no quality key."""
+    clean, messy, wrong = await judge(backend, [attempt(SUM, c, attempt_id=f"q.{i}")
                                               for i, c in enumerate((CLEAN, MESSY, WRONG))], QUALITY)
     assert clean.judgement.outcome == "pass", clean.judgement.evidence
     assert {k: clean.judgement.components[k] for k in QUALITY_COMPONENTS} == pytest.approx(
