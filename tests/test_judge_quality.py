@@ -1,4 +1,4 @@
-"""Quality bonuses measured in a real sandbox (the local backend): lint, types and runtime."""
+"""Quality bonuses measured in real sandboxes (local, and every backend for the main case)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from judging.config import JudgeConfig, QualityConfig, RewardConfig
-from runtime.config import RunConfig, SupervisorConfig
 from judging.reward import QUALITY_COMPONENTS
+from runtime.config import RunConfig, SupervisorConfig
 from sandbox import open_backend
 from sandbox.config import ExecutorConfig, SandboxConfig
 from tests.judging_support import attempt, humaneval, io_task, judge
