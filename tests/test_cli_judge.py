@@ -130,3 +130,20 @@ def test_an_unreadable_tasks_file_is_one_clear_error(tmp_path):
     """A missing file exits with status 2 and names the file."""
     out = whet("judge", str(tmp_path / "nope.jsonl"), str(tmp_path / "samples.jsonl"))
     assert out.returncode == 2 and "nope.jsonl" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_backend_choice_in_every_combination():
+    """The flag alone means subprocess; with another --backend it contradicts; without it,
+    --backend wins over the config, subprocess from either is refused, unknown names too."""
+    from runtime.cli_judge import choose_backend
+
+    assert choose_backend(None, True, "local") == ("subprocess", "")
+    assert choose_backend("subprocess", True, "local") == ("subprocess", "")
+    assert "contradict" in choose_backend("docker", True, "local")[1]
+    assert choose_backend(None, False, "local") == ("local", "")
+    assert choose_backend("docker", False, "local") == ("docker", "")
+    assert choose_backend("local", False, "subprocess") == ("local", "")
+    for asked, configured in (("subprocess", "local"), (None, "subprocess")):
+        backend, problem = choose_backend(asked, False, configured)
+        assert backend == "" and "--unsafe-subprocess" in problem
+    assert "expected local or docker" in choose_backend("runc", False, "local")[1]
