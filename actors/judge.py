@@ -62,7 +62,7 @@ class Judge:
             await self.finish(attempt, early, retries=0, spent=time.perf_counter() - started)
             return
         try:
-            job = build_job(attempt.task, cand)
+            job = build_job(attempt.task, cand, quality=self.config.reward.quality)
         except TaskError as exc:
             await self.finish(attempt, dropped(Cause("infra.bad_task", str(exc)), [], []),
                               retries=0, spent=time.perf_counter() - started)

@@ -15,6 +15,35 @@ import msgspec
 from bus.section import Section
 
 Weight = Annotated[float, msgspec.Meta(ge=0, le=10)]
+QualityWeight = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
+class QualityConfig(Section):
+    """Quality bonuses of a passing attempt, measured inside the sandbox (`judging.quality`).
+    Every weight 0 (the default) turns them off: no measurement, no component."""
+
+    lint: QualityWeight = 0.0
+    "Bonus for code without lint findings (flake8 with ruff's default rules: E4, E7, E9, F)."
+    types: QualityWeight = 0.0
+    "Bonus for code without type-check errors (mypy, untyped functions checked too)."
+    runtime: QualityWeight = 0.0
+    "Bonus for hidden tests that take no more CPU than `slower_than` times the reference's."
+    findings_to_zero: Annotated[int, msgspec.Meta(ge=1, le=100)] = 5
+    "Lint findings (or type errors) at which that bonus reaches 0; it falls linearly from 0 findings."
+    slower_than: Annotated[float, msgspec.Meta(ge=1, le=100)] = 2.0
+    ("Runtime bonus is whole up to this many times the reference's CPU time and 0 at twice "
+     "as many, so timing noise on fast code costs nothing.")
+    time_s: Annotated[float, msgspec.Meta(gt=0, le=120)] = 8.0
+    "Wall and CPU seconds added to a job's limits for the measurements (the tests' budget is untouched)."
+
+    @property
+    def on(self) -> bool:
+        return self.total > 0
+
+    @property
+    def total(self) -> float:
+        """The most quality can add to a reward."""
+        return self.lint + self.types + self.runtime
 
 
 class RewardConfig(Section):
@@ -36,6 +65,9 @@ class RewardConfig(Section):
     "Lowest total reward (clipped)."
     maximum: float = 1.0
     "Highest total reward (clipped)."
+    quality: QualityConfig = QualityConfig()
+    ("Bonuses for lint, type errors and runtime, given only to an attempt that passes "
+     "([judge.reward.quality]); off by default.")
     hack: float | None = None
     ("Reward of an attempt flagged as a hack, replacing every other term; None is `minimum`. "
      "It may not exceed the lowest reward an honest attempt can get (see `JudgeConfig`), so in "
@@ -48,6 +80,17 @@ class RewardConfig(Section):
             raise ValueError(f"hack ({self.hack}) must lie in [minimum, maximum)")
         if self.visible + self.hidden + self.robustness <= 0:
             raise ValueError("visible, hidden and robustness weights cannot all be 0")
+        best = self.tests + self.format + self.quality.total
+        if self.quality.on and best > self.maximum + 1e-9:
+            raise ValueError(
+                f"quality weights ({self.quality.total:g}) leave no room: tests + format + quality "
+                f"= {best:g} exceeds maximum ({self.maximum:g}), so clipping would take quality "
+                "back off a clean pass; lower judge.reward.tests or format by the quality total "
+                "(configs/quality.toml shows one way)")
+        if self.quality.total >= self.tests:
+            raise ValueError(
+                f"quality weights ({self.quality.total:g}) must stay below the tests weight "
+                f"({self.tests:g}): correctness must outweigh quality")
 
     @property
     def hack_reward(self) -> float:

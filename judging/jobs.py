@@ -22,13 +22,18 @@ import json
 import secrets
 from importlib import resources
 
+import msgspec
+
 from bus.messages import Job, Task
+from judging import quality as quality_mod
+from judging.config import QualityConfig
 from judging.extract import Candidate
 from judging.harness import checks, wire
 
 COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
-SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "mutate.py", "proxy.py",
+           "wire.py")
 MODES = {"python_io": "function", "python_check": "check", "script_io": "script"}
 DEFAULT_RANDOM = 10
 
@@ -49,8 +54,11 @@ def shipped_digest() -> dict[str, str]:
     return {name: hashlib.sha256(data).hexdigest() for name, data in shipped().items()}
 
 
-def build_job(task: Task, cand: Candidate, *, nonce: str | None = None) -> Job:
-    """The job that runs every test layer of `task` against `cand`."""
+def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
+              quality: QualityConfig | None = None) -> Job:
+    """The job that runs every test layer of `task` against `cand`, and measures its quality
+    when `quality` is on (its time, CPU and memory limits then grow by the measurements' own
+    allowance; the harness's budgets and the candidate's memory cap stay the task's)."""
     from judging import rubric  # it imports attribution, which imports this module
 
     kind = task.verifier.kind
@@ -63,9 +71,17 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None) -> Job:
         raise TaskError(f"verifier.kind: {kind!r} is not executed (expected one of "
                         f"{sorted([*MODES, rubric.KIND])})")
     spec = make_spec(task, nonce or secrets.token_hex(16))
+    limits = task.limits
+    measured = quality_mod.job_spec(quality, cand) if quality is not None else None
+    if measured is not None:
+        spec["quality"] = measured
+        tools = measured["lint"] or measured["types"]
+        limits = msgspec.structs.replace(limits, timeout_s=limits.timeout_s + quality.time_s,
+                                         cpu_s=limits.cpu_s + quality.time_s,
+                                         memory_mb=limits.memory_mb + quality_mod.MEMORY_MB * tools)
     files = {**shipped(), "solution.py": cand.code.encode()}
     return Job(command=list(COMMAND), files=files, runtime=task.runtime,
-               stdin=json.dumps(spec).encode(), limits=task.limits,
+               stdin=json.dumps(spec).encode(), limits=limits,
                expected_tests=sum(len(ids) for ids in expected_ids(spec).values()))
 
 

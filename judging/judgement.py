@@ -9,7 +9,9 @@ decisions is the point of this module:
 2. hack signs give it the hack reward, the lowest there is (`outcome="hack"`);
 3. otherwise the first failed test names the model cause (an infrastructure cause found in
    a test, such as a starved call or a missing module, still drops it);
-4. it passes only when the structure layer and every counted test passed.
+4. it passes only when the structure layer and every counted test passed;
+5. only then, with `[judge.reward.quality]` on, the quality bonuses measured in the job
+   (`judging.quality`) join its reward, each its own component.
 
 A `verifiers` task's rubric decides alone (`judging.rubric`): steps 2-4 do not apply.
 `before_running` answers without a job when none is needed (code that does not compile, and
@@ -24,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
-from judging import rubric, structured
+from judging import quality, rubric, structured
 from judging.attribution import Cause, attribute, job_cause
 from judging.config import RewardConfig
 from judging.extract import Candidate, from_completion
@@ -97,23 +99,30 @@ def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult,
         return dropped(cause, layers, tests)
     if cause is None and not sum(layer.total for layer in layers[1:]):
         return dropped(Cause("infra.sandbox", "no test counted: the task has no valid tests"), layers, tests)
-    return conclude(cand, layers, tests, hacks, cause, turns, weights, report.digest)
+    return conclude(cand, layers, tests, hacks, cause, turns, weights, report.digest, report.quality)
 
 
 def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest],
              hacks: list[HackSign], cause: Cause | None, turns: int, weights: RewardConfig,
-             digest: str) -> Judgement:
-    reward, parts = compose(compiled=True, format_ok=cand.format_ok, layers=layers, turns=turns,
-                            hack=bool(hacks), weights=weights)
+             digest: str, measured: dict | None = None) -> Judgement:
+    """Outcome first, then the reward: quality bonuses go to a pass and to nothing else."""
+    def reward_of(quality: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
+        return compose(compiled=True, format_ok=cand.format_ok, layers=layers, turns=turns,
+                       hack=bool(hacks), weights=weights, quality=quality)
+
     if hacks:
-        return Judgement("hack", reward, parts, hacks[0].cause,
+        return Judgement("hack", *reward_of(), hacks[0].cause,
                          "; ".join(f"{h.kind}: {h.evidence}" for h in hacks)[:2000],
                          layers, tests, hacks, digest)
     if cause is None and not layers[0].ok:
         cause = Cause("model.format", layers[0].detail)
     if cause is not None:
-        return Judgement("fail", reward, parts, cause.cause, cause.evidence, layers, tests, [], digest)
-    return Judgement("pass", reward, parts, "", "", layers, tests, [], digest)
+        return Judgement("fail", *reward_of(), cause.cause, cause.evidence, layers, tests, [], digest)
+    if not weights.quality.on:
+        return Judgement("pass", *reward_of(), "", "", layers, tests, [], digest)
+    measured = measured or {}
+    reward, parts = reward_of(quality.bonuses(weights.quality, measured))
+    return Judgement("pass", reward, parts, "", quality.evidence(measured), layers, tests, [], digest)
 
 
 def from_rubric(scored: rubric.RubricScore) -> Judgement:

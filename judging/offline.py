@@ -42,7 +42,7 @@ async def judge_once(attempt: Attempt, backend, config: JudgeConfig) -> tuple[Ju
     early = before_running(attempt.task, cand, turns, config.reward)
     if early is not None:
         return early, None
-    job = build_job(attempt.task, cand)
+    job = build_job(attempt.task, cand, quality=config.reward.quality)
     try:
         result = await backend.run(job)
     except Exception as exc:  # noqa: BLE001 - as the executor does: a backend bug is the sandbox's failure

@@ -29,6 +29,8 @@ class Report:
     budget_spent: bool = False
     digest: str = ""
     shipped: dict[str, str] = field(default_factory=dict)
+    quality: dict[str, dict] = field(default_factory=dict)
+    "Quality measurements by name (lint, types, runtime); the first record of a name wins."
     garbage: int = 0
     "Lines that were not JSON records."
     rewards: list[dict] = field(default_factory=list)
@@ -80,3 +82,7 @@ def _take(report: Report, kind: str, record: dict, nonce: str) -> None:
         report.budget_spent = True
     elif kind == "reward":
         report.rewards.append(record)
+    elif kind == "quality":
+        for name, value in record.items():
+            if name != "k" and isinstance(value, dict):
+                report.quality.setdefault(str(name), value)

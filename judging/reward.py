@@ -12,7 +12,10 @@ component. The components always sum to the total:
 - `hack`: what brings a flagged attempt to the hack reward (`RewardConfig.hack_reward`, by
   default the minimum), at or below anything an honest attempt can score: in a group a hack
   never gets a higher advantage than an honest failure, a syntax error included;
-- `clip`: what clipping to [minimum, maximum] took off.
+- `clip`: what clipping to [minimum, maximum] took off;
+- `lint`, `types`, `runtime`: quality bonuses (`judging.quality`), present only when the
+  caller passes them, which it does for a passing attempt with quality on, and never
+  otherwise: a verdict without quality has none of these keys.
 
 Dropped attempts get no reward at all (None), decided by the caller. It runs nothing.
 """
@@ -23,6 +26,8 @@ from bus.messages import LayerResult
 from judging.config import RewardConfig
 
 COMPONENTS = ("compile", "tests", "format", "turns", "hack", "clip")
+QUALITY_COMPONENTS = ("lint", "types", "runtime")
+"Optional: only on a passing attempt judged with `[judge.reward.quality]` on."
 
 
 def pass_ratio(layers: list[LayerResult], weights: RewardConfig) -> float:
@@ -35,9 +40,12 @@ def pass_ratio(layers: list[LayerResult], weights: RewardConfig) -> float:
 
 
 def compose(*, compiled: bool, format_ok: bool, layers: list[LayerResult], turns: int,
-            hack: bool, weights: RewardConfig) -> tuple[float, dict[str, float]]:
-    """(total, components) for one attempt."""
+            hack: bool, weights: RewardConfig,
+            quality: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
+    """(total, components) for one attempt; `quality` holds the bonuses of a pass."""
     parts = dict.fromkeys(COMPONENTS, 0.0)
+    if quality and not hack:
+        parts.update({name: quality[name] for name in QUALITY_COMPONENTS if name in quality})
     if compiled:
         parts["tests"] = weights.tests * pass_ratio(layers, weights)
         parts["format"] = weights.format if format_ok else 0.0

@@ -6,6 +6,10 @@ line); produces one line per attempt on stdout (text, or JSON with `--json`) and
 stderr. Attempts run through a sandbox backend and the judge's own code
 (`judging.offline`), so a user can check an environment before training on it. Bad lines in
 either file are reported (file, line, field) and skipped; the rest is judged. Wiring only.
+
+Model output is untrusted, so the backend is the sandbox the config names (`local` unless
+`[executor.sandbox]` says otherwise); `subprocess`, which runs it on this host as this user,
+needs `--unsafe-subprocess` and says so on stderr. A plain `--backend subprocess` is refused.
 """
 
 from __future__ import annotations
@@ -37,7 +41,10 @@ def register(app: typer.Typer) -> None:
     def judge(
         tasks: Annotated[Path, typer.Argument(help="Tasks: whetstone Task JSON lines or HumanEval-format JSONL.")],
         attempts: Annotated[Path, typer.Argument(help="Samples: one {task_id, completion} per line.")],
-        backend: Annotated[str, typer.Option("--backend", help="Sandbox backend: subprocess, local or docker.")] = "subprocess",
+        backend: Annotated[str | None, typer.Option(
+            "--backend", help="Sandbox backend: local or docker (default: the config's, local).")] = None,
+        unsafe_subprocess: Annotated[bool, typer.Option(
+            "--unsafe-subprocess", help="Run attempts unisolated on this host (the subprocess backend).")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="One JSON verdict per line.")] = False,
         concurrency: Annotated[int, typer.Option(min=1, max=64, help="Attempts judged at once.")] = 4,
         config: Annotated[Path | None, typer.Option("--config", "-c", help="Run config for [judge].")] = None,
@@ -45,11 +52,17 @@ def register(app: typer.Typer) -> None:
         """Judge a file of attempts offline and print one verdict per attempt."""
         log_mod.configure(kind="cli", instance="judge", level="warning")  # stdout is the verdicts
         cfg = config_mod.load(config) if config else config_mod.RunConfig()
+        backend, problem = choose_backend(backend, unsafe_subprocess, cfg.executor.sandbox.backend)
+        if problem:
+            typer.echo(f"whet judge: {problem}", err=True)
+            raise typer.Exit(2)
         known, problems = read_tasks(tasks)
         batch, bad = read_samples(attempts, index_tasks(known))
         for problem in [*problems, *bad]:
             typer.echo(f"whet: skipped {problem}", err=True)
         if backend == "subprocess":
+            typer.echo("whet judge: WARNING: --unsafe-subprocess runs every attempt on this host, "
+                       "unisolated, as this user", err=True)
             _prefer_this_python()
         judged = anyio.run(_judge, batch, backend, cfg, concurrency)
         for item in judged:
@@ -57,11 +70,28 @@ def register(app: typer.Typer) -> None:
         typer.echo(summary(judged, len(problems) + len(bad)), err=True)
 
 
+def choose_backend(asked: str | None, unsafe: bool, configured: str) -> tuple[str, str]:
+    """(backend, '') to judge with, or ('', why not and how instead)."""
+    if unsafe:
+        if asked not in (None, "subprocess"):
+            return "", f"--unsafe-subprocess and --backend {asked} contradict each other; pick one"
+        return "subprocess", ""
+    chosen = asked or configured
+    if chosen == "subprocess":
+        where = "--backend subprocess" if asked else "the config's [executor.sandbox] backend = \"subprocess\""
+        return "", (f"{where} would run model output on this host without isolation; refused. "
+                    "Judge in the sandbox (--backend local, the default) or, if you mean it, "
+                    "pass --unsafe-subprocess")
+    if chosen not in ("local", "docker"):
+        return "", f"--backend {chosen}: expected local or docker (or --unsafe-subprocess)"
+    return chosen, ""
+
+
 async def _judge(batch, backend_name: str, cfg, concurrency: int) -> list[Judged]:
     from sandbox import open_backend
-    from sandbox.config import SandboxConfig
 
-    backend = await open_backend(SandboxConfig(backend=backend_name))  # type: ignore[arg-type]
+    sandbox = msgspec.structs.replace(cfg.executor.sandbox, backend=backend_name)
+    backend = await open_backend(sandbox, slots=concurrency)
     try:
         return await judge_all(batch, backend, cfg.judge, concurrency=concurrency)
     finally:

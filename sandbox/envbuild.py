@@ -1,7 +1,8 @@
 """Build the environment trees of `sandbox.envs` with debootstrap: `python -m sandbox.envbuild`.
 
 Consumes the specs in `sandbox.envs` and the Debian mirror of the host's apt sources;
-produces, per spec, `<envs dir>/<key>/rootfs` (the tree), `rootfs.tar` (for `docker import`)
+produces, per spec, `<envs dir>/<key>/rootfs` (the tree, with the spec's `prepare` commands
+run in it, such as mypy's stub cache), `rootfs.tar` (for `docker import`)
 and `manifest.json` (written last: package versions, so a build is frozen and auditable).
 
 Idempotent: a spec whose manifest exists is skipped; a half-built tree is thrown away and
@@ -55,6 +56,9 @@ def build(env: EnvSpec, root: str = "", mirror: str = "") -> Path:
         started = time.monotonic()
         _debootstrap(env, work / "rootfs", base / ".debs", mirror or host_mirror())
         _finish_tree(work / "rootfs")
+        for command in env.prepare:
+            subprocess.run(["chroot", str(work / "rootfs"), *command], check=True,
+                           capture_output=True, env={"PATH": env.path, "HOME": "/root", "LANG": "C.UTF-8"})
         packages = _package_versions(work / "rootfs")
         subprocess.run(["tar", "-C", str(work / "rootfs"), "--numeric-owner", "-cf",
                         str(work / "rootfs.tar"), "."], check=True)

@@ -26,6 +26,16 @@ SUITE = "bookworm"
 
 _SHELL_TOOLS = ("bash", "coreutils", "findutils", "grep", "sed", "gawk", "diffutils",
                 "jq", "bc", "tar", "gzip", "bzip2", "xz-utils", "file", "procps")
+_QUALITY_TOOLS = ("flake8", "mypy")
+"The judge's quality measurements (lint and type errors) run these inside the sandbox."
+MYPY_CACHE = "/var/cache/whet-mypy"
+"mypy's cache of the standard library's stubs, built with the tree and read-only in jobs."
+MYPY_FLAGS = ("--no-error-summary", "--show-error-codes", "--check-untyped-defs",
+              "--ignore-missing-imports", "--follow-imports=skip", "--config-file=",
+              "--disable-error-code=var-annotated", "--disable-error-code=no-redef")
+"""The flags of the judge's type check (judging/harness/measure.py must use the same: the cache
+is only valid for the options it was built with). Pre-building the cache takes a job's mypy
+from about 0.9 s to about 0.4 s."""
 
 
 @dataclass(frozen=True)
@@ -42,11 +52,14 @@ class EnvSpec:
     "PATH inside the sandbox."
     env: dict[str, str] = field(default_factory=dict)
     "Extra environment variables of every job."
+    prepare: tuple[tuple[str, ...], ...] = ()
+    "Commands run once in the finished tree (chroot, as root) before it is frozen."
 
     @property
     def key(self) -> str:
         """Stable identity of the built tree: '<name>-<version>-<hash of the spec>'."""
-        shape = json.dumps([SUITE, self.packages], sort_keys=True).encode()
+        shape = json.dumps([SUITE, self.packages] + ([self.prepare] if self.prepare else []),
+                           sort_keys=True).encode()
         return f"{self.name}-{self.version}-{hashlib.sha256(shape).hexdigest()[:10]}"
 
     @property
@@ -57,8 +70,9 @@ class EnvSpec:
 
 SPECS: dict[str, EnvSpec] = {
     "python": EnvSpec(
-        name="python", version="1",
-        packages=("python3", "python3-pytest", "python3-numpy") + _SHELL_TOOLS,
+        name="python", version="2",
+        packages=("python3", "python3-pytest", "python3-numpy") + _QUALITY_TOOLS + _SHELL_TOOLS,
+        prepare=(("mypy", *MYPY_FLAGS, f"--cache-dir={MYPY_CACHE}", "-c", "x = 1"),),
         env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}),
     "shell": EnvSpec(name="shell", version="1", packages=_SHELL_TOOLS),
 }

@@ -43,9 +43,9 @@ def test_job_file_names_must_stay_inside():
 def test_env_specs_are_versioned_and_distinct():
     """Each runtime's key names its version and a hash of its package list."""
     python, shell = envs.spec("python"), envs.spec("shell")
-    assert python.key.startswith("python-1-") and shell.key.startswith("shell-1-")
+    assert python.key.startswith("python-2-") and shell.key.startswith("shell-1-")
     assert python.key != shell.key and "python3" in python.packages
-    assert python.image.startswith("whet-env/python:1-")
+    assert python.image.startswith("whet-env/python:2-")
     with pytest.raises(ValueError, match="unknown runtime"):
         envs.spec("cobol")
 

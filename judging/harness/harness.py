@@ -33,11 +33,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import channel  # noqa: E402
 import checks  # noqa: E402
+import measure  # noqa: E402
 import mutate  # noqa: E402
 from proxy import Proxy  # noqa: E402
 import wire  # noqa: E402
 
-SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
+SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "mutate.py", "proxy.py",
+           "wire.py")
 
 
 class BudgetSpent(BaseException):
@@ -76,6 +78,13 @@ class Session:
         self.printed = [0]
         "Candidate output forwarded so far, across every worker (one cap for the job)."
         self.deadline = time.monotonic() + spec["budget_s"]
+        self.layer = ""
+        self.cpu: dict[tuple[str, str], float] = {}
+        "CPU seconds of the calls and scripts each side ran, by (who, layer)."
+
+    def spent(self, who: str, outcome: dict) -> None:
+        key = (who, self.layer)
+        self.cpu[key] = self.cpu.get(key, 0.0) + float(outcome.get("cpu_s", 0.0))
 
     # --- talking to workers ----------------------------------------------------------------
 
@@ -107,6 +116,7 @@ class Session:
         if isinstance(ch, dict):
             return dict(ch)
         outcome = self.outcome(who, self.ask(ch, {"op": "call", "args": args}, cpu_s, wall_s))
+        self.spent(who, outcome)
         if outcome["status"] not in ("ok", "error", "unencodable"):
             ch.close()  # it hung, exited or flooded: the next call gets a fresh worker
         if who == "candidate":
@@ -166,7 +176,7 @@ class Session:
 
     def run_layers(self) -> None:
         for layer in self.spec["layers"]:
-            name = layer["name"]
+            name = self.layer = layer["name"]
             if "check" in layer:
                 # A visible test the reference itself fails is a broken example (HumanEval
                 # has some): it is reported as invalid, not held against the candidate.
@@ -181,7 +191,29 @@ class Session:
             elif "runs" in layer:
                 self.run_scripts(name, layer["runs"])
         if "robustness" in self.spec:
+            self.layer = "robustness"
             self.robustness(self.spec["robustness"])
+
+    def reference_runtime(self, allowance_s: float) -> dict:
+        """CPU seconds of the reference on the hidden tests, beside the candidate's (measured
+        as they ran), with a deadline of its own so the tests' budget is untouched."""
+        hidden = next((layer for layer in self.spec["layers"] if layer["name"] == "hidden"), None)
+        if hidden is None or not self.sources["reference"]:
+            return {"error": "no hidden tests or no reference"}
+        self.deadline = time.monotonic() + allowance_s
+        signal.setitimer(signal.ITIMER_REAL, allowance_s + 0.25)
+        self.layer = "hidden:reference"
+        if "check" in hidden:
+            failed = self.run_check("hidden", hidden["check"], "reference")
+            ok = not failed and "reference" not in self.load_failed
+        elif "cases" in hidden:
+            ok = all(self.call("reference", args)["status"] == "ok" for args in hidden["cases"])
+        else:
+            ok = all(o["status"] == "ok" for o in self.run_scripts("", hidden["runs"], "reference"))
+        if not ok:
+            return {"error": "the reference fails a hidden test"}
+        return {"candidate_cpu_s": round(self.cpu.get(("candidate", "hidden"), 0.0), 6),
+                "reference_cpu_s": round(self.cpu.get(("reference", "hidden:reference"), 0.0), 6)}
 
     def run_check(self, layer: str, source: str, who: str, invalid: set[int] = frozenset()) -> set[int]:
         """Run `check` against `who`, one step at a time; return the failing test indexes."""
@@ -233,6 +265,7 @@ class Session:
         outcome = self.outcome(who, self.ask(ch, None, self.spec["call_timeout_s"]))
         if outcome["status"] == "ok":
             outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}, cpu_s, wall_s))
+            self.spent(who, outcome)
         out, err, truncated = ch.output()
         ch.close()
         if outcome["status"] == "exit":
@@ -299,14 +332,24 @@ def run(spec: dict, report: Report) -> None:
         except ImportError as exc:
             report.line(k="infra", what="missing_dependency", detail=f"{module}: {exc}")
             return
+    quality = spec.get("quality") or {}
+    if quality.get("lint") or quality.get("types"):
+        # Before any candidate code runs, so nothing it does can reach the tools.
+        report.line(k="quality", **measure.measure(os.path.join(os.getcwd(), spec["solution"]), quality))
     session = Session(spec, report)
     signal.signal(signal.SIGALRM, _spent)
     # A backstop for trusted code that loops: calls end on their own at the budget, first.
     signal.setitimer(signal.ITIMER_REAL, max(spec["budget_s"], 0.01) + 0.25)
     try:
-        session.run_layers()
-    except BudgetSpent:
-        report.line(k="budget", detail=f"harness budget of {spec['budget_s']} s spent")
+        try:
+            session.run_layers()
+        except BudgetSpent:
+            report.line(k="budget", detail=f"harness budget of {spec['budget_s']} s spent")
+        try:
+            if quality.get("runtime"):
+                report.line(k="quality", runtime=session.reference_runtime(float(quality.get("wall_s", 8.0))))
+        except BudgetSpent:
+            report.line(k="quality", runtime={"error": "the reference ran past the allowance"})
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         session.close()
