@@ -26,7 +26,7 @@ from bus.nats_bus import Bus, Identity
 from runtime import auth, certs, config as config_mod, credentials
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
+from runtime.embedded import EmbeddedServer, server_binary
 from tests.conftest import ROOT, STORE_MB, bus_settings
 from tests.test_auth import AUTH, REQUEST, VERDICT
 
@@ -61,14 +61,14 @@ def server(tmp_path, secrets):
     srv.kill()
 
 
-def settings_for(server, secrets: Path, role: str, tls_dir: Path | None = None, **files):
+def settings_for(url: str, secrets: Path, role: str, tls_dir: Path | None = None, **files):
     """`role`'s login with the CA, certificate and key of `tls_dir` (ours by default)."""
     d = tls_dir or credentials.tls_dir(secrets)
     chosen = dict(tls_ca_file=str(certs.cert_path(d, certs.CA)),
                   tls_cert_file=str(certs.cert_path(d, role)),
                   tls_key_file=str(certs.key_path(d, role)))
     chosen.update(files)
-    return bus_settings(server.url, user=role, password=(secrets / role).read_text().strip(),
+    return bus_settings(url, user=role, password=(secrets / role).read_text().strip(),
                         connect_timeout_s=10.0, **chosen)
 
 
@@ -117,8 +117,8 @@ def test_certs_cover_the_hosts_and_keys_are_owner_only(tmp_path):
 async def test_a_role_with_its_certificate_works_and_is_still_refused_other_subjects(server, secrets):
     """Over TLS with client certificates, an executor publishes its results and is refused a
     verdict: permissions are still enforced."""
-    admin = await Bus.connect(settings_for(server, secrets, auth.ADMIN), Identity("cli", "c"))
-    executor = await Bus.connect(settings_for(server, secrets, "executor"), Identity("executor", "e"))
+    admin = await Bus.connect(settings_for(server.url, secrets, auth.ADMIN), Identity("cli", "c"))
+    executor = await Bus.connect(settings_for(server.url, secrets, "executor"), Identity("executor", "e"))
     try:
         await admin.ensure_topology(topology(RunConfig()))
         done = ExecutionDone(request=REQUEST, result=ExecutionResult(status="ok"), executor="e")
@@ -150,7 +150,7 @@ def test_a_plaintext_client_is_refused(server, secrets):
 
 async def test_a_client_without_a_certificate_is_refused(server, secrets):
     """Trusting the CA is not enough: the server requires a client certificate."""
-    message = await refused(settings_for(server, secrets, "executor", tls_cert_file="",
+    message = await refused(settings_for(server.url, secrets, "executor", tls_cert_file="",
                                          tls_key_file=""))
     assert "requires a client certificate" in message and "WHET_NATS_CERT" in message
 
@@ -158,13 +158,13 @@ async def test_a_client_without_a_certificate_is_refused(server, secrets):
 async def test_a_certificate_from_another_ca_is_refused(server, secrets, other_ca):
     """A client certificate of another CA is refused by the server, and a client trusting
     another CA refuses the server: each error names the file and how to remake it."""
-    stranger = settings_for(server, secrets, "executor",
+    stranger = settings_for(server.url, secrets, "executor",
                             tls_cert_file=str(certs.cert_path(other_ca, "executor")),
                             tls_key_file=str(certs.key_path(other_ca, "executor")))
     message = await refused(stranger)
     assert "not signed by the server's CA" in message
     assert str(certs.cert_path(other_ca, "executor")) in message and "whet auth certs" in message
-    wrong_trust = settings_for(server, secrets, "executor",
+    wrong_trust = settings_for(server.url, secrets, "executor",
                                tls_ca_file=str(certs.cert_path(other_ca, certs.CA)))
     message = await refused(wrong_trust)
     assert "not trusted by " + str(certs.cert_path(other_ca, certs.CA)) in message
@@ -178,7 +178,7 @@ async def test_an_expired_certificate_is_refused_naming_the_file(server, secrets
     for name in ("ca.pem", "ca-key.pem"):
         (mine / name).write_bytes((ours / name).read_bytes())
     certs.ensure(mine, days=0)  # valid until now: expired by the time it is presented
-    message = await refused(settings_for(server, secrets, "executor", tls_dir=mine))
+    message = await refused(settings_for(server.url, secrets, "executor", tls_dir=mine))
     assert "has expired" in message and str(mine / "executor.pem") in message
     assert "--renew" in message
 
@@ -254,3 +254,66 @@ async def test_stack_with_tls_makes_the_files_and_its_actors_use_them(tmp_path):
     finally:
         stack.stop()
     assert os.path.exists(d / "ca-key.pem")
+
+
+def test_the_compose_override_gives_each_role_its_own_certificate():
+    """docker-compose.tls.yml: every actor service (and setup, as admin) gets the CA and its
+    role's certificate and key, each named by the variables the client reads; NATS gets its
+    server files where `--tls-dir /etc/nats/tls` says; the CA's key is mounted nowhere."""
+    import yaml
+
+    from actors import KINDS
+
+    base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    tls = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())
+    files = {name: spec["file"].replace("${WHET_SECRETS_DIR:-./secrets}/tls/", "")
+             for name, spec in tls["secrets"].items()}
+    assert "ca-key.pem" not in files.values()
+    for service, role in [("setup", auth.ADMIN)] + [(k, auth.role_of(k, auth.AuthConfig()))
+                                                    for k in KINDS]:
+        svc = tls["services"][service]
+        mounted = {s["target"]: files[s["source"]] for s in svc["secrets"]}
+        assert mounted == {"ca.pem": "ca.pem", "cert.pem": f"{role}.pem",
+                           "key.pem": f"{role}-key.pem"}, service
+        assert {svc["environment"][v] for v in ("WHET_NATS_CA", "WHET_NATS_CERT", "WHET_NATS_KEY")} \
+            == {f"/run/secrets/{t}" for t in mounted}
+    assert set(tls["services"]) == {"nats", "setup", *KINDS} and set(KINDS) <= set(base["services"])
+    server = {s["target"]: files[s["source"]] for s in tls["services"]["nats"]["secrets"]}
+    d = Path("/etc/nats/tls")
+    assert server == {str(certs.cert_path(d, n)): certs.cert_path(Path(), n).name
+                      for n in (certs.CA, certs.SERVER)} | {
+        str(certs.key_path(d, certs.SERVER)): certs.key_path(Path(), certs.SERVER).name}
+
+
+async def test_the_compose_nats_config_with_the_tls_block_requires_certificates(tmp_path, secrets):
+    """deploy/nats.conf including `whet auth server-config --tls-dir` output: an executor with
+    its certificate connects, one without is refused."""
+    conf = (ROOT / "deploy" / "nats.conf").read_text()
+    conf = (conf.replace("0.0.0.0:4222", "127.0.0.1:-1").replace("0.0.0.0:8222", '"127.0.0.1:-1"')
+            .replace('"/data"', f'"{tmp_path / "data"}"')
+            .replace("$WHET_NATS_SYNC_INTERVAL", '"2m"'))
+    (tmp_path / "nats.conf").write_text(conf)
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", "auth", "server-config", "--secrets-dir",
+                        str(secrets), "--tls-dir", str(credentials.tls_dir(secrets)), "--out",
+                        str(tmp_path / "auth.conf")], cwd=ROOT, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    proc = subprocess.Popen([server_binary(), "-c", str(tmp_path / "nats.conf"),
+                             "--ports_file_dir", str(tmp_path)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        with anyio.fail_after(20):
+            while not list(tmp_path.glob("*.ports")):
+                assert proc.poll() is None, "nats-server refused the config"
+                await anyio.sleep(0.05)
+        [ports] = tmp_path.glob("*.ports")
+        url = json.loads(ports.read_text())["nats"][0].replace("tls://", "nats://")
+        executor = await Bus.connect(settings_for(url, secrets, "executor"),
+                                     Identity("executor", "e"))
+        await executor.close()
+        message = await refused(settings_for(url, secrets, "executor", tls_cert_file="",
+                                             tls_key_file=""))
+        assert "requires a client certificate" in message
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
