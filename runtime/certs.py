@@ -76,33 +76,47 @@ def require(folder: Path) -> None:
 def ensure(folder: Path, hosts: list[str] = (), renew: bool = False,
            days: int = LEAF_DAYS) -> list[Made]:
     """The CA, the server's and every role's certificate in `folder`, made where missing
-    (or, with `renew`, every one but the CA remade). A kept server certificate that lacks
-    one of `hosts` is a RunError: renewing it is the fix."""
-    x509 = _cryptography()
+    or not signed by this CA (with `renew`, every one but the CA is remade). A kept server
+    certificate that lacks one of `hosts` is a RunError: renewing it is the fix; so is a
+    certificate to make where the CA's key is not (a host that was given only ca.pem)."""
+    _cryptography()
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)
-    made = []
-    ca_cert = cert_path(folder, CA)
-    if ca_cert.is_file() and key_path(folder, CA).is_file():
-        made.append(Made(ca_cert, "kept", _expires(ca_cert)))
+    ca_cert, ca_key = cert_path(folder, CA), key_path(folder, CA)
+    if ca_cert.is_file():
+        made = [Made(ca_cert, "kept", _expires(ca_cert))]
     else:
         _write_pair(folder, CA, *_make_ca())
-        made.append(Made(ca_cert, "created", _expires(ca_cert)))
-    ca = (x509.load_pem_x509_certificate(ca_cert.read_bytes()),
-          _load_key(key_path(folder, CA)))
+        made = [Made(ca_cert, "created", _expires(ca_cert))]
+    ca = _load(ca_cert)
     names = list(dict.fromkeys([*DEFAULT_HOSTS, *hosts]))
     for name in [SERVER, *auth.roles()]:
         path = cert_path(folder, name)
         exists = path.is_file() and key_path(folder, name).is_file()
-        if exists and not renew:
+        if exists and not renew and _signed_by(path, ca):
             if name == SERVER:
                 _check_covers(path, names)
             made.append(Made(path, "kept", _expires(path)))
             continue
-        leaf = _make_leaf(ca, name, names if name == SERVER else None, days)
+        if not ca_key.is_file():
+            raise RunError(f"{ca_key}: missing, so {path.name} cannot be made here; run "
+                           f"'whet auth certs' where the CA's key is and copy the files over")
+        leaf = _make_leaf((ca, _load_key(ca_key)), name, names if name == SERVER else None, days)
         _write_pair(folder, name, *leaf)
         made.append(Made(path, "renewed" if exists else "created", _expires(path)))
     return made
+
+
+def _signed_by(path: Path, ca) -> bool:
+    """True if the certificate at `path` names `ca`'s key as its issuer's."""
+    from cryptography import x509
+
+    try:
+        aki = _load(path).extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    except x509.ExtensionNotFound:
+        return False
+    ski = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    return aki.key_identifier == ski.digest
 
 
 def _cryptography():

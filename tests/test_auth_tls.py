@@ -97,21 +97,40 @@ def test_certs_cover_the_hosts_and_keys_are_owner_only(tmp_path):
     for name in ("DNS:localhost", "IP Address:127.0.0.1", "DNS:nats", "IP Address:10.0.0.7",
                  "DNS:gpu-1.example"):
         assert name in text
-    for role in auth.roles():
-        verify = subprocess.run(["openssl", "verify", "-CAfile", str(d / "ca.pem"),
-                                 "-purpose", "sslclient", str(d / f"{role}.pem")],
-                                text=True, capture_output=True)
-        assert verify.returncode == 0, verify.stdout + verify.stderr
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(d / "ca.pem"), "-purpose",
+                             "sslclient", *(str(d / f"{role}.pem") for role in auth.roles())],
+                            text=True, capture_output=True)
+    assert verify.returncode == 0 and verify.stdout.count(": OK") == len(auth.roles()), \
+        verify.stdout + verify.stderr
     keys = sorted(d.glob("*-key.pem"))
     assert len(keys) == 2 + len(auth.roles())
     assert all(k.stat().st_mode & 0o777 == 0o600 for k in keys)
     assert d.stat().st_mode & 0o777 == 0o700
     ca, server = (d / "ca.pem").read_bytes(), (d / "server.pem").read_bytes()
-    assert "(created" not in whet("certs", str(tmp_path), "--host", "10.0.0.7")
+    assert {m.state for m in certs.ensure(d, ["10.0.0.7"])} == {"kept"}
     whet("certs", str(tmp_path), "--renew", "--host", "10.0.0.7")
     assert (d / "ca.pem").read_bytes() == ca and (d / "server.pem").read_bytes() != server
     block = whet("server-config", "--tls-dir", "/etc/nats/tls")
     assert 'ca_file: "/etc/nats/tls/ca.pem"' in block and "verify: true" in block
+
+
+def test_a_new_ca_remakes_every_certificate_and_a_missing_ca_key_is_named(tmp_path):
+    """Certificates of a CA that was replaced are remade, not kept; where only ca.pem is
+    (a host given the files), what is there is kept and what is missing cannot be made."""
+    d = tmp_path / "tls"
+    certs.ensure(d)
+    old = certs.cert_path(d, "executor").read_bytes()
+    certs.cert_path(d, certs.CA).unlink()
+    assert {m.state for m in certs.ensure(d)[1:]} == {"renewed"}
+    assert certs.cert_path(d, "executor").read_bytes() != old
+    verify = subprocess.run(["openssl", "verify", "-CAfile", str(certs.cert_path(d, certs.CA)),
+                             str(certs.cert_path(d, "executor"))], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stderr
+    certs.key_path(d, certs.CA).unlink()
+    assert {m.state for m in certs.ensure(d)} == {"kept"}
+    certs.cert_path(d, "judge").unlink()
+    with pytest.raises(certs.RunError, match="ca-key.pem: missing, so judge.pem cannot be made"):
+        certs.ensure(d)
 
 
 async def test_a_role_with_its_certificate_works_and_is_still_refused_other_subjects(server, secrets):
@@ -317,3 +336,20 @@ async def test_the_compose_nats_config_with_the_tls_block_requires_certificates(
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_up_against_a_server_without_the_certificates_names_them(tmp_path, nats_server):
+    """`whet up` against another server with `[auth] tls` and a secrets folder lacking the
+    certificates stops before starting anything, naming the files and `whet auth certs`."""
+    folder = tmp_path / "secrets"
+    credentials.ensure_passwords(folder)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[run]\nname = "t"\nruns_dir = "{tmp_path / "runs"}"\n'
+                      f'[bus]\nurl = "{nats_server.url}"\n'
+                      f'[auth]\nenabled = true\ntls = true\nsecrets_dir = "{folder}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WHET_NATS_")}
+    r = subprocess.run([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert f"{folder / 'tls'}: no ca.pem, server.pem, server-key.pem" in r.stderr, r.stderr
+    assert f"whet auth certs {folder}" in r.stderr
