@@ -9,11 +9,21 @@ unreadable file is a `TlsFailed` before any connection is tried. It makes no cer
 
 from __future__ import annotations
 
+import logging
 import ssl
 from pathlib import Path
 
 from bus.errors import TlsFailed
 
+class _QuietEof(logging.Filter):
+    """asyncio warns on every close of a TLS connection that nats-py's protocol asks to keep
+    its write side open after EOF; that is harmless and would fill every log."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received() has no effect" not in record.getMessage()
+
+
+_QUIET_EOF = _QuietEof()
 REMAKE = "make them with 'whet auth certs <secrets folder>' (--renew replaces expired ones)"
 
 
@@ -22,6 +32,7 @@ def context(ca_file: str, cert_file: str, key_file: str) -> ssl.SSLContext | Non
     named. TlsFailed names a file that is missing or not a PEM certificate or key."""
     if not (ca_file or cert_file or key_file):
         return None
+    logging.getLogger("asyncio").addFilter(_QUIET_EOF)  # once: a filter is added once
     if bool(cert_file) != bool(key_file):
         raise TlsFailed(f"a client certificate needs both WHET_NATS_CERT and WHET_NATS_KEY "
                         f"(got certificate {cert_file or '-'}, key {key_file or '-'})")

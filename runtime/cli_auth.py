@@ -13,7 +13,7 @@ Typical compose set-up:
     # nats service: `include nats-auth.conf` in its config; each actor service gets
     # WHET_NATS_USER=<role> and WHET_NATS_PASSWORD_FILE=/run/secrets/<role>
 
-With TLS across hosts (docs/operations.md, "TLS"):
+With TLS across hosts (docs/operations.md, "TLS across hosts"):
 
     whet auth certs ./secrets --host nats.example.org --host 10.0.0.5
     whet auth server-config --secrets-dir ./secrets --tls-dir /etc/nats/tls --out nats-auth.conf
@@ -93,9 +93,7 @@ def register(app: typer.Typer) -> None:
         passwords = credentials.read_passwords(secrets_dir) if secrets_dir else None
         text = auth.server_config(cfg, passwords) + auth.tls_config(cfg)
         if tls_dir:
-            d = Path(tls_dir)
-            text += auth.tls_block(str(certs.cert_path(d, certs.SERVER)),
-                                   str(certs.key_path(d, certs.SERVER)), str(certs.cert_path(d, certs.CA)))
+            text += credentials.server_tls_block(Path(tls_dir))
         if out is None:
             if passwords is not None:
                 raise typer.BadParameter("with --secrets-dir the block holds passwords: "

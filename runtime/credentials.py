@@ -46,6 +46,13 @@ def role_tls(folder: Path, role: str) -> dict[str, str]:
             "WHET_NATS_KEY": str(certs.key_path(d, role))}
 
 
+def server_tls_block(folder: Path) -> str:
+    """The `tls` block for the server files of `whet auth certs` in `folder` (a path as the
+    server sees it): TLS and a client certificate of the CA required."""
+    return auth.tls_block(str(certs.cert_path(folder, certs.SERVER)),
+                          str(certs.key_path(folder, certs.SERVER)), str(certs.cert_path(folder, certs.CA)))
+
+
 def ensure_passwords(folder: Path) -> dict[str, str]:
     """Every role's password, creating a fresh random one where its file is missing."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,10 +82,8 @@ def embedded_server_config(cfg: RunConfig, folder: Path | None) -> str:
     (with `[auth] tls`, the CA and certificates are made where missing)."""
     text = auth.tls_config(cfg.auth)
     if folder is not None and cfg.auth.tls:
-        d = tls_dir(folder)
-        certs.ensure(d)
-        text += auth.tls_block(str(certs.cert_path(d, certs.SERVER)),
-                               str(certs.key_path(d, certs.SERVER)), str(certs.cert_path(d, certs.CA)))
+        certs.ensure(tls_dir(folder))
+        text += server_tls_block(tls_dir(folder))
     if folder is not None:
         text += auth.server_config(cfg.auth, ensure_passwords(folder))
     return text

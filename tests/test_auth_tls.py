@@ -51,9 +51,7 @@ def other_ca(tmp_path_factory) -> Path:
 @pytest.fixture
 def server(tmp_path, secrets):
     """A nats-server that requires TLS with a client certificate of our CA, and passwords."""
-    d = credentials.tls_dir(secrets)
-    config = (auth.tls_block(str(certs.cert_path(d, certs.SERVER)), str(certs.key_path(d, certs.SERVER)),
-                             str(certs.cert_path(d, certs.CA)))
+    config = (credentials.server_tls_block(credentials.tls_dir(secrets))
               + auth.server_config(AUTH, credentials.read_passwords(secrets)))
     srv = EmbeddedServer(tmp_path / "nats", extra_config=config, max_file_store_mb=STORE_MB)
     srv.start()
