@@ -12,6 +12,7 @@ to import upwards to raise a shared error.
     ├── BusError             the bus could not do what was asked
     │   ├── BusUnavailable       no server answered within the deadline
     │   ├── PermissionDenied     the server refused this user's login, publish or subscribe
+    │   ├── TlsFailed            a certificate is missing, expired or from another CA
     │   ├── ObjectMissing        no object of that name (never stored, or pruned)
     │   └── ObjectCorrupt        a stored object's checksum does not match
     ├── RunError             a run directory or stack is missing or in the wrong state
@@ -68,6 +69,11 @@ class BusUnavailable(BusError):
 
 class PermissionDenied(BusError):
     """The server refused a login, or a publish or subscribe the user's role does not allow."""
+
+
+class TlsFailed(BusError):
+    """TLS could not be set up: a certificate or key file is missing or unreadable, or one
+    side refused the other's certificate (expired, another CA, no client certificate)."""
 
 
 class ObjectMissing(BusError):

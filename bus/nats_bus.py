@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from typing import Awaitable, Callable, TypeVar
@@ -27,9 +28,9 @@ import nats.js.errors
 import structlog
 from nats.js import api
 
-from bus import subjects
+from bus import subjects, tls
 from bus.codec import encode
-from bus.errors import BusError, PermissionDenied
+from bus.errors import BusError, PermissionDenied, TlsFailed
 from bus.messages import Message
 from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
@@ -74,6 +75,9 @@ class BusSettings:
     token: str = ""
     creds_file: str = ""
     tls_ca_file: str = ""
+    tls_cert_file: str = ""
+    "Client certificate (PEM) presented to a server that requires one; with `tls_key_file`."
+    tls_key_file: str = ""
     connect_timeout_s: float = 30.0
     request_timeout_s: float = 5.0
     publish_deadline_s: float = 120.0
@@ -95,6 +99,7 @@ class _ConnectionWatch:
         """Subjects the server refused (lowercased: nats-py lowercases the error text), with
         the monotonic time of the latest refusal."""
         self.login_refused = ""
+        self.tls_refused: ssl.SSLError | None = None
         self.connecting: anyio.CancelScope | None = None
         self.reconnects = 0
         "How often the connection came back: a watch opened before then is renewed."
@@ -110,6 +115,12 @@ class _ConnectionWatch:
         elif "authorization violation" in text.lower() and self.connecting is not None:
             self.login_refused = text
             self.connecting.cancel()  # nats-py would retry a refused login forever
+        elif isinstance(exc, ssl.SSLError) and tls.is_refusal(exc):
+            if self.connecting is not None:
+                self.tls_refused = exc
+                self.connecting.cancel()  # a refused certificate stays refused
+            else:
+                log.error("bus.tls_failed", error=exc.reason or str(exc))
         elif not self.closing:
             log.warning("bus.error", error=text or type(exc).__name__)
 
@@ -142,10 +153,9 @@ def _client_options(settings: BusSettings, identity: Identity, watch: _Connectio
         options.update(token=settings.token)
     if settings.creds_file:
         options.update(user_credentials=settings.creds_file)
-    if settings.tls_ca_file:
-        import ssl
-
-        options.update(tls=ssl.create_default_context(cafile=settings.tls_ca_file))
+    ssl_context = tls.context(settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file)
+    if ssl_context is not None:
+        options.update(tls=ssl_context)
     return options
 
 
@@ -168,7 +178,8 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
         """Connect within `connect_timeout_s`; reconnects forever afterwards.
 
         A login the server refuses raises PermissionDenied at once (nats-py itself would
-        retry it forever); no server within the timeout raises BusUnavailable.
+        retry it forever), a refused TLS handshake or certificate file TlsFailed; no server
+        within the timeout raises BusUnavailable.
         """
         watch = _ConnectionWatch(settings.user)
         options = _client_options(settings, identity, watch)
@@ -190,6 +201,9 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
             if watch.login_refused:
                 raise PermissionDenied(f"NATS at {settings.url} refused the login of user "
                                        f"{settings.user or '(none)'}: {watch.login_refused}")
+            if watch.tls_refused is not None:
+                raise TlsFailed(tls.explain(watch.tls_refused, settings.url, settings.tls_ca_file,
+                                            settings.tls_cert_file))
             raise problem
 
         return await retry(attempt, what=f"no NATS server at {settings.url}",

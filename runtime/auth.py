@@ -48,6 +48,11 @@ class AuthConfig(Section):
     "Certificate (PEM) the embedded server presents; turns TLS on. Clients trust WHET_NATS_CA."
     tls_key_file: str = ""
     "Private key (PEM) of that certificate."
+    tls: bool = False
+    """TLS with whetstone's own CA, across hosts: the server requires TLS and a client
+    certificate signed by the CA in `<secrets_dir>/tls`; each actor presents its role's.
+    `whet up` makes the files for its embedded server; for another server make them with
+    `whet auth certs`. Needs `enabled`; replaces `tls_cert_file`."""
 
 
 @dataclass(frozen=True)
@@ -210,8 +215,16 @@ def server_config(config: AuthConfig, passwords: dict[str, str] | None = None) -
 
 
 def tls_config(config: AuthConfig) -> str:
-    """The server's `tls` block, or '' when no certificate is configured."""
+    """The server's `tls` block for a certificate of one's own, or '' when none is set."""
     if not config.tls_cert_file:
         return ""
-    return (f"tls {{\n  cert_file: {json.dumps(config.tls_cert_file)}\n"
-            f"  key_file: {json.dumps(config.tls_key_file)}\n}}\n")
+    return tls_block(config.tls_cert_file, config.tls_key_file)
+
+
+def tls_block(cert_file: str, key_file: str, ca_file: str = "") -> str:
+    """A `tls` block: the server presents `cert_file`; with `ca_file` it also requires every
+    client to present a certificate signed by that CA (`verify: true`)."""
+    lines = [f"  cert_file: {json.dumps(cert_file)}", f"  key_file: {json.dumps(key_file)}"]
+    if ca_file:
+        lines += [f"  ca_file: {json.dumps(ca_file)}", "  verify: true"]
+    return "tls {\n" + "\n".join(lines) + "\n  timeout: 2\n}\n"

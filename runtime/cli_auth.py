@@ -1,7 +1,8 @@
 """`whet auth ...`: NATS users for a server whetstone does not start itself (compose).
 
 Consumes a config file (roles of extra actor kinds) and a secrets folder; produces the
-nats-server `authorization` block, password files, and the permission table as JSON.
+nats-server `authorization` block (and its `tls` block), password files, a CA with server
+and per-role client certificates (`<secrets>/tls`), and the permission table as JSON.
 Passwords are never printed: `server-config` either refers to environment variables or,
 given a secrets folder, writes them into a file readable by its owner only.
 
@@ -11,10 +12,17 @@ Typical compose set-up:
     whet auth server-config --secrets-dir ./secrets --out nats-auth.conf
     # nats service: `include nats-auth.conf` in its config; each actor service gets
     # WHET_NATS_USER=<role> and WHET_NATS_PASSWORD_FILE=/run/secrets/<role>
+
+With TLS across hosts (docs/operations.md, "TLS across hosts"):
+
+    whet auth certs ./secrets --host nats.example.org --host 10.0.0.5
+    whet auth server-config --secrets-dir ./secrets --tls-dir /etc/nats/tls --out nats-auth.conf
+    # each actor also gets WHET_NATS_CA, WHET_NATS_CERT and WHET_NATS_KEY (its role's files)
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 from pathlib import Path
@@ -22,7 +30,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from runtime import auth, config as config_mod, credentials
+from runtime import auth, certs, config as config_mod, credentials
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file whose [auth.roles] maps extra actor kinds.")]
@@ -48,6 +56,26 @@ def register(app: typer.Typer) -> None:
             state = "created" if role in created else "kept"
             typer.echo(f"{role:<10} {folder / role} ({state})")
 
+    @group.command("certs")
+    @friendly
+    def make_certs(
+        folder: Annotated[Path, typer.Argument(help="Secrets folder; the files go to FOLDER/tls.")],
+        host: Annotated[Optional[list[str]], typer.Option(
+            "--host", help="A name or IP address clients reach the server by (repeatable); "
+                           "localhost, 127.0.0.1 and nats are always in.")] = None,
+        renew: Annotated[bool, typer.Option(
+            help="Remake the server and client certificates (the CA stays, so nothing "
+                 "needs to trust anything new).")] = False,
+        days: Annotated[int, typer.Option(min=1, help="Validity of the server and client "
+                                                      "certificates.")] = certs.LEAF_DAYS,
+    ) -> None:
+        """A CA, a server certificate and one client certificate per role, where missing
+        (keys mode 0600; never printed)."""
+        now = datetime.datetime.now(datetime.timezone.utc)
+        for made in certs.ensure(credentials.tls_dir(folder), host or [], renew=renew, days=days):
+            late = " EXPIRED: remake with --renew" if made.expires <= now else ""
+            typer.echo(f"{made.path} ({made.state}, expires {made.expires:%Y-%m-%d}){late}")
+
     @group.command("server-config")
     @friendly
     def server_config(
@@ -56,11 +84,16 @@ def register(app: typer.Typer) -> None:
             help="Read passwords from these files and write them in (else: environment "
                  "variables WHET_NATS_PASSWORD_<ROLE>, read by the server).")] = None,
         out: Annotated[Optional[Path], typer.Option(help="Write here (mode 0600), not stdout.")] = None,
+        tls_dir: Annotated[Optional[str], typer.Option(
+            help="Require TLS and client certificates: the folder, as the server sees it, "
+                 "with ca.pem, server.pem and server-key.pem from 'whet auth certs'.")] = None,
     ) -> None:
-        """The nats-server `authorization` block for every role."""
+        """The nats-server `authorization` block for every role (and its `tls` block)."""
         cfg = _auth_config(config)
         passwords = credentials.read_passwords(secrets_dir) if secrets_dir else None
         text = auth.server_config(cfg, passwords) + auth.tls_config(cfg)
+        if tls_dir:
+            text += credentials.server_tls_block(Path(tls_dir))
         if out is None:
             if passwords is not None:
                 raise typer.BadParameter("with --secrets-dir the block holds passwords: "

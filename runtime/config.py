@@ -211,6 +211,7 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
         raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
     _check_eval_sampling(cfg, source)
+    _check_tls(cfg, source)
     problem = sync_interval_problem(cfg.bus.sync_interval)
     if problem:
         raise ConfigError(source, "bus.sync_interval", problem)
@@ -258,6 +259,15 @@ def _check_kinds(cfg: RunConfig, source: str) -> None:
             role_of(kind, cfg.auth)
         except ValueError as exc:
             raise ConfigError(source, f"auth.roles.{kind}", str(exc)) from None
+
+
+def _check_tls(cfg: RunConfig, source: str) -> None:
+    if cfg.auth.tls and not cfg.auth.enabled:
+        raise ConfigError(source, "auth.tls", "TLS with client certificates needs the per-role "
+                          "users too: set [auth] enabled = true")
+    if cfg.auth.tls and cfg.auth.tls_cert_file:
+        raise ConfigError(source, "auth.tls_cert_file", "set either tls = true (whetstone's "
+                          "own CA and client certificates) or tls_cert_file, not both")
 
 
 def _check_eval_sampling(cfg: RunConfig, source: str) -> None:

@@ -7,7 +7,9 @@ in the repository:
 - `WHET_NATS_USER` and `WHET_NATS_PASSWORD`, or `WHET_NATS_PASSWORD_FILE`;
 - `WHET_NATS_TOKEN`;
 - `WHET_NATS_CREDS` (a .creds file);
-- `WHET_NATS_CA` (a CA bundle, which turns TLS on).
+- `WHET_NATS_CA` (a CA bundle, which turns TLS on);
+- `WHET_NATS_CERT` and `WHET_NATS_KEY` (a client certificate and its key, for a server that
+  requires one: `[auth] tls`, made by `whet auth certs`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ def bus_settings(cfg: RunConfig, url: str) -> BusSettings:
         token=os.environ.get("WHET_NATS_TOKEN", ""),
         creds_file=os.environ.get("WHET_NATS_CREDS", ""),
         tls_ca_file=os.environ.get("WHET_NATS_CA", ""),
+        tls_cert_file=os.environ.get("WHET_NATS_CERT", ""),
+        tls_key_file=os.environ.get("WHET_NATS_KEY", ""),
         request_timeout_s=b.request_timeout_s,
         publish_deadline_s=b.publish_deadline_s,
         ack_wait_s=b.ack_wait_s,

@@ -3,10 +3,11 @@ environment, never written to the repository or logged.
 
 Consumes the `[auth]` section, a secrets folder (one file per role, named after the role)
 and bus settings; produces password files (mode 0600 in a 0700 folder), the environment
-a supervised actor gets (`WHET_NATS_USER`, `WHET_NATS_PASSWORD_FILE`, `WHET_NATS_CA`), and
-bus settings for the stack and the CLI logged in as `admin`. Passwords travel as file
-paths, not values, so they show up in no process listing. It decides no permissions
-(`runtime.auth` does).
+a supervised actor gets (`WHET_NATS_USER`, `WHET_NATS_PASSWORD_FILE`, `WHET_NATS_CA`, and
+with `[auth] tls` its role's `WHET_NATS_CERT` and `WHET_NATS_KEY` from `<secrets>/tls`),
+and bus settings for the stack and the CLI logged in as `admin`. Passwords and keys travel
+as file paths, not values, so they show up in no process listing. It decides no
+permissions (`runtime.auth` does) and makes no certificates (`runtime.certs` does).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from bus.errors import RunError
 from bus.nats_bus import BusSettings
-from runtime import auth
+from runtime import auth, certs
 from runtime.config import RunConfig
 from runtime.rundir import RunDir
 
@@ -30,6 +31,26 @@ def secrets_dir(cfg: RunConfig, run_dir: RunDir | None) -> Path | None:
     if cfg.auth.secrets_dir:
         return Path(cfg.auth.secrets_dir)
     return run_dir.path / "secrets" if run_dir is not None else None
+
+
+def tls_dir(folder: Path) -> Path:
+    """Where the CA and the certificates of `[auth] tls` are: `<secrets>/tls`."""
+    return folder / "tls"
+
+
+def role_tls(folder: Path, role: str) -> dict[str, str]:
+    """The CA, certificate and key files `role` connects with, as environment variables."""
+    d = tls_dir(folder)
+    return {"WHET_NATS_CA": str(certs.cert_path(d, certs.CA)),
+            "WHET_NATS_CERT": str(certs.cert_path(d, role)),
+            "WHET_NATS_KEY": str(certs.key_path(d, role))}
+
+
+def server_tls_block(folder: Path) -> str:
+    """The `tls` block for the server files of `whet auth certs` in `folder` (a path as the
+    server sees it): TLS and a client certificate of the CA required."""
+    return auth.tls_block(str(certs.cert_path(folder, certs.SERVER)),
+                          str(certs.key_path(folder, certs.SERVER)), str(certs.cert_path(folder, certs.CA)))
 
 
 def ensure_passwords(folder: Path) -> dict[str, str]:
@@ -57,15 +78,28 @@ def read_passwords(folder: Path) -> dict[str, str]:
 
 
 def embedded_server_config(cfg: RunConfig, folder: Path | None) -> str:
-    """Extra config for the embedded server: users with fresh passwords, and TLS if set."""
+    """Extra config for the embedded server: users with fresh passwords, and TLS if set
+    (with `[auth] tls`, the CA and certificates are made where missing)."""
     text = auth.tls_config(cfg.auth)
+    if folder is not None and cfg.auth.tls:
+        certs.ensure(tls_dir(folder))
+        text += server_tls_block(tls_dir(folder))
     if folder is not None:
         text += auth.server_config(cfg.auth, ensure_passwords(folder))
     return text
 
 
+def require_external(cfg: RunConfig, folder: Path | None) -> None:
+    """RunError now, not in every actor, when the files for another server are missing."""
+    if folder is None:
+        return
+    read_passwords(folder)
+    if cfg.auth.tls:
+        certs.require(tls_dir(folder))
+
+
 _LOGIN_VARS = ("WHET_NATS_USER", "WHET_NATS_PASSWORD", "WHET_NATS_PASSWORD_FILE",
-               "WHET_NATS_TOKEN", "WHET_NATS_CREDS")
+               "WHET_NATS_TOKEN", "WHET_NATS_CREDS", "WHET_NATS_CERT", "WHET_NATS_KEY")
 
 
 def actor_env(kind: str, cfg: RunConfig, folder: Path | None,
@@ -77,18 +111,25 @@ def actor_env(kind: str, cfg: RunConfig, folder: Path | None,
             env.pop(var, None)
         role = auth.role_of(kind, cfg.auth)
         env.update(WHET_NATS_USER=role, WHET_NATS_PASSWORD_FILE=str(folder / role))
+        if cfg.auth.tls:
+            env.update(role_tls(folder, role))
     if cfg.auth.tls_cert_file and not env.get("WHET_NATS_CA"):
         env["WHET_NATS_CA"] = cfg.auth.tls_cert_file  # a self-signed certificate is its own CA
     return env
 
 
 def as_admin(settings: BusSettings, cfg: RunConfig, folder: Path | None) -> BusSettings:
-    """`settings` logged in as admin from `folder` (when the environment names no user), and
-    trusting the embedded server's certificate (when the environment names no CA)."""
+    """`settings` logged in as admin from `folder` (when the environment names no user),
+    trusting the embedded server's certificate (when the environment names no CA), and with
+    `[auth] tls` presenting admin's certificate (when the environment names none)."""
     changes: dict[str, str] = {}
     has_login = settings.user or settings.token or settings.creds_file
     if folder is not None and not has_login and (folder / auth.ADMIN).is_file():
         changes.update(user=auth.ADMIN, password=(folder / auth.ADMIN).read_text().strip())
     if cfg.auth.tls_cert_file and not settings.tls_ca_file:
         changes["tls_ca_file"] = cfg.auth.tls_cert_file
+    if folder is not None and cfg.auth.tls and not settings.tls_cert_file:
+        files = role_tls(folder, auth.ADMIN)
+        changes.update(tls_ca_file=files["WHET_NATS_CA"], tls_cert_file=files["WHET_NATS_CERT"],
+                       tls_key_file=files["WHET_NATS_KEY"])
     return dataclasses.replace(settings, **changes) if changes else settings

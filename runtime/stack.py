@@ -108,15 +108,14 @@ def _start_server(cfg: RunConfig, run_dir: RunDir,
     """The embedded server (with per-run users when auth is on), or the configured URL.
     Started from this (the main) thread, which the server's death signal is tied to."""
     if cfg.bus.url:
-        if secrets is not None:
-            credentials.read_passwords(secrets)  # fail now, not in every actor
+        credentials.require_external(cfg, secrets)  # fail now, not in every actor
         return None, cfg.bus.url
     server = EmbeddedServer(run_dir.nats_dir, die_with_parent=True,
                             extra_config=credentials.embedded_server_config(cfg, secrets),
                             sync_interval=cfg.bus.sync_interval)
     url = server.start()
     log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
-             auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file),
+             auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file or cfg.auth.tls),
              sync_interval=cfg.bus.sync_interval)
     return server, url
 
