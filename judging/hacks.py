@@ -58,6 +58,11 @@ def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,
     """Every hack sign in this attempt, runtime evidence first."""
     passed_all = bool(tests) and all(t.passed is not False for t in tests)
     signs = runtime_signs(result, report, tests, passed_all)
+    if task.verifier.kind == "repo_io" and isinstance(cand.value, dict):
+        from judging import repo
+
+        signs += [HackSign(kind, evidence) for kind, evidence in
+                  repo.tamper_signs(task, cand.value["files"], cand.value["refused"])]
     if not passed_all:
         signs += static_signs(task, cand, tests)
     return list(dict.fromkeys(signs))  # the same event seen on every call is one sign

@@ -28,7 +28,8 @@ from judging.harness import checks, wire
 COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
 SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "mutate.py", "proxy.py", "wire.py")
-MODES = {"python_io": "function", "python_check": "check", "script_io": "script"}
+MODES = {"python_io": "function", "python_check": "check", "script_io": "script",
+         "repo_io": "function"}
 DEFAULT_RANDOM = 10
 
 
@@ -79,7 +80,7 @@ def make_spec(task: Task, nonce: str) -> dict:
     elif mode == "function":
         spec["layers"] = [{"name": n, "cases": [_args(c, n) for c in _cases(src, n)]}
                           for n, src in (("visible", v.visible), ("hidden", v.hidden))]
-        spec["reference"] = v.reference
+        spec["reference"] = _repo_reference(v.reference) if v.kind == "repo_io" else v.reference
         cases = [_args(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
         spec["robustness"] = {"cases": cases, **_random(task, default=DEFAULT_RANDOM if v.reference else 0)}
     else:
@@ -152,6 +153,15 @@ def _run(case, where: str) -> dict:
     if not isinstance(files, dict) or not all(isinstance(t, str) for t in files.values()):
         raise TaskError(f"verifier.{where}: 'files' must map names to text")
     return {"stdin": case.get("stdin", ""), "files": files}
+
+
+def _repo_reference(text: str) -> str:
+    from judging import repo
+
+    try:
+        return repo.program_of(repo.files_of(text)) if text.strip() else ""
+    except ValueError as exc:
+        raise TaskError(f"verifier.reference: {exc}") from None
 
 
 def _with_newline(text: str) -> str:
