@@ -23,7 +23,7 @@ _RAN = re.compile(r"^Ran (\d+) tests?", re.M)
 _FAILED = re.compile(r"^FAILED \((.*)\)", re.M)
 
 
-def test_counts(output: str) -> tuple[int, int]:
+def count_tests(output: str) -> tuple[int, int]:
     """(passed, run) read from unittest's summary; (0, 0) when it printed none."""
     ran = _RAN.search(output)
     if ran is None:
@@ -34,7 +34,7 @@ def test_counts(output: str) -> tuple[int, int]:
     return max(total - bad, 0), total
 
 
-def test_job(task: Task, files: dict[str, str], test: str = "") -> Job:
+def visible_tests_job(task: Task, files: dict[str, str], test: str = "") -> Job:
     """The sandboxed run of the visible tests over a workspace's files."""
     target = [test] if test else ["discover", "-s", "tests", "-t", "."]
     return Job(command=[*TEST_COMMAND, *target], files={p: t.encode() for p, t in files.items()},
@@ -43,14 +43,14 @@ def test_job(task: Task, files: dict[str, str], test: str = "") -> Job:
 
 async def run_visible(backend, task: Task, files: dict[str, str], test: str = "") -> ToolResult:
     """Run the visible tests in a sandbox; the sandbox's own failure is `infra`, not output."""
-    result = await backend.run(test_job(task, files, test))
+    result = await backend.run(visible_tests_job(task, files, test))
     if result.sandbox_failed:
         return ToolResult(name="run_tests", ok=False, output="the sandbox failed",
                           infra=result.sandbox_error[:500] or "sandbox failure")
     output = (result.stderr + result.stdout).strip()
     if result.status == "timeout":
         output += f"\n[stopped: the tests ran past {task.limits.timeout_s:g} s]"
-    passed, total = test_counts(output)
+    passed, total = count_tests(output)
     return ToolResult(name="run_tests", ok=True, output=output, visible_passed=passed,
                       visible_total=total)
 
