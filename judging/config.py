@@ -71,6 +71,9 @@ class JudgeConfig(Section):
     "Most characters of feedback shown to the model for another turn."
     max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64
     "Messages one judge instance holds at once, per input."
+    session_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 20.0
+    ("Seconds a tool episode's executor has to answer one session request, beyond twice the "
+     "task's own timeout; no answer drops the attempt (infra.session_lost).")
 
     def __post_init__(self) -> None:
         honest = self.reward.lowest_honest(self.max_turns)
