@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import shutil
 import tempfile
 import time
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 MAX_FILES = 200
-MAX_BYTES = 1 << 20
-"Most files, and most bytes of all files together, a workspace may hold."
+MAX_BYTES = 256 << 10
+"""Most files, and most bytes of all files together, a workspace may hold (its files travel
+in one session reply and one job, under NATS's 1 MiB message limit)."""
 
 
 class PathRefused(ValueError):
@@ -51,8 +53,11 @@ class Workspace:
 
     def path(self, rel: str, *, for_write: bool = False) -> Path:
         """The checked host path of `rel`; PathRefused when it would leave the folder."""
+        if not rel or "\x00" in rel or posixpath.normpath(rel) == ".":
+            raise PathRefused(f"{rel!r}: name a file inside the repository")
+        rel = posixpath.normpath(rel)
         parts = Path(rel).parts
-        if not rel or Path(rel).is_absolute() or ".." in parts or "\x00" in rel:
+        if Path(rel).is_absolute() or ".." in parts:
             if for_write:
                 self.refused.append(rel[:200])
             raise PathRefused(f"{rel!r}: give a relative path inside the repository")
@@ -85,6 +90,7 @@ class Workspace:
     def write(self, rel: str, text: str) -> None:
         """Replace (or create) a file: a new inode, so a hardlinked cache stays as it was."""
         path = self.path(rel, for_write=True)
+        rel = path.relative_to(self.root).as_posix()
         current = self.files()
         size = sum(len(t.encode()) for p, t in current.items() if p != rel) + len(text.encode())
         if size > MAX_BYTES or (rel not in current and len(current) >= MAX_FILES):

@@ -174,3 +174,39 @@ def test_workspace_folders_of_dead_processes_are_reaped(tmp_path):
     mine = WorkspaceCache(tmp_path)
     assert not dead.exists() and mine.base.exists() and str(os.getpid()) in mine.base.name
     mine.close()
+
+
+@pytest.mark.parametrize("warm", [True, False])
+async def test_program_arguments_like_interpreter_flags_reach_the_program(built_envs, warm):  # noqa: F811
+    """`python3 -B -m unittest discover -s tests` runs unittest with `-s tests`, in-process
+    in the warm sandbox as with a fresh interpreter (run_tests depends on it)."""
+    from bus.messages import Job
+
+    backend = await open_backend(SandboxConfig(backend="local", warm_python=warm))
+    try:
+        files = {"tests/__init__.py": b"", "tests/test_a.py":
+                 b"import unittest\nclass T(unittest.TestCase):\n    def test_x(self): pass\n"}
+        result = await backend.run(Job(command=["python3", "-B", "-m", "unittest", "discover",
+                                                "-s", "tests", "-t", "."], files=files))
+    finally:
+        await backend.aclose()
+    assert result.status == "ok" and "Ran 1 test" in result.stderr, result
+
+
+def test_workspace_paths_stay_inside(tmp_path):
+    """Paths that resolve inside are used as such; escapes are refused and recorded; links are
+    not followed."""
+    from sandbox.workspace import PathRefused, Workspace
+
+    ws = Workspace(tmp_path / "ws")
+    ws.root.mkdir()
+    ws.write("pkg/../pkg/./a.py", "x = 1\n")
+    assert ws.files() == {"pkg/a.py": "x = 1\n"} and not ws.refused
+    (ws.root / "link").symlink_to(tmp_path)
+    for bad in ("../b.py", "/etc/b.py", "pkg/../../b.py", "link/b.py", ""):
+        with pytest.raises(PathRefused):
+            ws.write(bad, "y = 2\n")
+    assert ws.refused == ["../b.py", "/etc/b.py", "../b.py", "link/b.py"]  # not the empty name
+    assert not (tmp_path / "b.py").exists()
+    with pytest.raises(PathRefused):
+        ws.read("link/anything")
