@@ -90,6 +90,8 @@ async def run(bus: Bus, config: RunConfig, *,
         reply = await host.handle(request)
         bus.stats.gauges.update({f"executor.sessions.{k}": float(v) for k, v in host.counts.items()})
         bus.stats.gauges["executor.sessions.open"] = float(len(host.sessions))
+        bus.stats.gauges.update({f"executor.workspace.{k}": round(float(v), 4)
+                                 for k, v in cache.stats.items()})
         return reply
 
     async def reap_idle() -> None:

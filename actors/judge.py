@@ -148,7 +148,8 @@ class Judge:
                                      retries=0, spent=0.0)
         attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, call])
         self.count(f"judge.tool.{call.name or 'malformed'}")
-        if not episode_over(task, attempt.tool_calls, completion_tokens(attempt)):
+        sampled = len(attempt.turns[-1].completion_ids) > 0
+        if not episode_over(task, attempt.tool_calls, completion_tokens(attempt), sampled):
             return await self.continue_attempt(attempt, None, result_message(result) or "(no output)")
         closed = await self.session_request(attempt, "close", timeout)
         if closed is None or not closed.ok:

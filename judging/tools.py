@@ -82,10 +82,13 @@ def is_tool_task(task: Task) -> bool:
     return task.verifier.kind == "repo_io"
 
 
-def episode_over(task: Task, calls: list[ToolCall], tokens: int) -> str:
-    """Why the episode ends now ('submit', 'steps', 'tokens'), or '' while it goes on."""
+def episode_over(task: Task, calls: list[ToolCall], tokens: int, sampled: bool = True) -> str:
+    """Why the episode ends now ('submit', 'steps', 'tokens', or 'context' when the last turn
+    could sample nothing: the context is full), or '' while it goes on."""
     if calls and calls[-1].name == "submit":
         return "submit"
+    if not sampled:
+        return "context"
     if len(calls) >= budget(task, "max_steps", 16):
         return "steps"
     if tokens >= budget(task, "max_tokens", 4096):

@@ -62,7 +62,11 @@ class SessionHost:
         if held is None:
             if request.task is None:
                 return self.reply(request, ok=False, error="open needs the task")
-            session = await open_session(self.cache, self.backend, request.task)
+            try:
+                session = await open_session(self.cache, self.backend, request.task)
+            except (OSError, RuntimeError, ValueError) as exc:  # the workspace could not be set up
+                log.warning("session.open_failed", session_id=request.session_id, error=repr(exc))
+                return self.reply(request, ok=False, error=f"the workspace could not be set up: {exc!r}"[:500])
             self.sessions[request.session_id] = (session, time.monotonic())
             self.counts["opened"] += 1
             self.counts["setup_s"] += session.setup_s

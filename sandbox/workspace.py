@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable
 
+import anyio
+
 MAX_FILES = 200
 MAX_BYTES = 256 << 10
 """Most files, and most bytes of all files together, a workspace may hold (its files travel
@@ -142,6 +144,8 @@ class WorkspaceCache:
         self.base.mkdir(parents=True, exist_ok=True)
         self.enabled, self.max_entries = enabled, max_entries
         self.entries: dict[str, tuple[Path, dict]] = {}
+        self.building: dict[str, anyio.Lock] = {}
+        "One build per task at a time: concurrent attempts of a group wait, then restore."
         self.count = 0
         self.stats = {"builds": 0, "restores": 0, "build_s": 0.0, "restore_s": 0.0}
 
@@ -151,15 +155,26 @@ class WorkspaceCache:
         target = self.base / f"ws{self.count}"
         key = digest_of(files)
         started = time.perf_counter()
-        if self.enabled and key in self.entries:
+        if not self.enabled:
+            return await self._build(key, target, files, prepare, started)
+        async with self.building.setdefault(key, anyio.Lock()):
+            if key not in self.entries:
+                return await self._build(key, target, files, prepare, started)
             folder, prepared = self.entries[key]
             _hardlink_copy(folder, target)
             self.stats["restores"] += 1
             self.stats["restore_s"] += time.perf_counter() - started
             return Workspace(target, prepared=dict(prepared))
+
+    async def _build(self, key: str, target: Path, files: dict[str, str], prepare: Prepare | None,
+                     started: float) -> Workspace:
         _materialize(target, files)
         ws = Workspace(target)
-        ws.prepared = await prepare(ws) if prepare else {}
+        try:
+            ws.prepared = await prepare(ws) if prepare else {}
+        except BaseException:
+            ws.remove()
+            raise
         if self.enabled:
             self._keep(key, ws)
         self.stats["builds"] += 1
@@ -171,6 +186,7 @@ class WorkspaceCache:
             old, (folder, _) = next(iter(self.entries.items()))
             shutil.rmtree(folder, ignore_errors=True)
             del self.entries[old]
+            self.building.pop(old, None)
         folder = self.base / f"cache-{key[:16]}"
         _hardlink_copy(ws.root, folder)
         for path in folder.rglob("*"):

@@ -210,3 +210,21 @@ def test_workspace_paths_stay_inside(tmp_path):
     assert not (tmp_path / "b.py").exists()
     with pytest.raises(PathRefused):
         ws.read("link/anything")
+
+
+async def test_concurrent_attempts_of_a_group_build_once(local):
+    """Attempts of one group opening at once share one build; the others restore it."""
+    backend, cache = local
+    task = _tasks(1)[0]
+    sessions = []
+
+    async def open_one() -> None:
+        sessions.append(await open_session(cache, backend, task))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(open_one)
+    assert cache.stats["builds"] == 1 and cache.stats["restores"] == 3
+    assert len({s.workspace.digest() for s in sessions}) == 1
+    for s in sessions:
+        s.close()

@@ -159,3 +159,71 @@ async def test_killed_executor_mid_episode_gives_no_reward(bus, nats_server, tmp
             proc.wait(timeout=10)
     assert verdict.outcome == "dropped" and verdict.reward is None and not verdict.trainable
     assert verdict.cause == "infra.session_lost"
+
+
+STACK = """
+[actors.count]
+sampler = 1
+generator = 1
+judge = 1
+executor = 1
+
+[training]
+batch_size = 4
+group_size = 2
+max_staleness = 0
+mode = "sync"
+
+[model]
+max_context = 4096
+
+[sampler]
+min_pool = 2
+
+[generator]
+engine = "fake"
+[generator.sampling]
+max_new_tokens = 16
+
+[executor.sandbox]
+backend = "local"
+
+[envs]
+mix = { structured = 0.0, data = 0.0, repository = 1.0 }
+[envs.use.repository]
+count = 4
+levels = [0]
+[envs.use.structured_output]
+enabled = false
+[envs.use.data_scripts]
+enabled = false
+[envs.use.humaneval]
+enabled = false
+"""
+
+
+async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, built_envs):  # noqa: F811
+    """Sampler, generator (fake engine), judge and executor under `whet up`: each attempt is a
+    multi-turn tool episode in an executor's session, ended by the step budget, judged, and
+    the group's second attempt restores the first one's prepared workspace."""
+    stack = make_stack(STACK)
+    await anyio.to_thread.run_sync(stack.start)
+    try:
+        with anyio.fail_after(180):
+            verdicts: dict[str, Verdict] = {}
+            async for _, verdict, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict):
+                verdicts[verdict.verdict_id] = verdict
+                if len(verdicts) == 4:
+                    break
+        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+    finally:
+        await anyio.to_thread.run_sync(stack.stop)
+    for v in verdicts.values():
+        a = v.attempt
+        assert a.task.domain == "repository" and a.session.startswith("executor")
+        assert v.outcome == "fail" and v.reward is not None, (v.cause, v.evidence)
+        steps = int(a.task.verifier.extra["max_steps"])
+        assert len(a.turns) == len(a.tool_calls) <= steps and a.workspace == dict(a.task.files)
+        assert all(t.feedback for t in a.turns[:-1])
+    stats = next(b.stats for b in beats.values() if b.kind == "executor")
+    assert stats["executor.sessions.opened"] == 4 and stats["executor.workspace.restores"] >= 1
