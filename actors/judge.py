@@ -139,7 +139,7 @@ class Judge:
             call, result = ToolCall(name=""), ToolResult(name="", ok=False, output=call)
         else:
             reply = await self.session_request(attempt, "call", timeout, call=call,
-                                               step=len(attempt.tool_calls))
+                                               step=session_calls(attempt.tool_calls))
             if reply is None or not reply.ok or reply.result is None:
                 return await self.session_lost(attempt, reply)
             result = reply.result
@@ -209,6 +209,11 @@ class Judge:
 def penalised_turns(attempt: Attempt) -> int:
     """Turns the reward's turn penalty counts: a tool episode's steps are not retries."""
     return 1 if is_tool_task(attempt.task) else len(attempt.turns)
+
+
+def session_calls(calls: list[ToolCall]) -> int:
+    """Calls the session has run: malformed ones (name '') never reach it."""
+    return sum(1 for call in calls if call.name)
 
 
 def completion_tokens(attempt: Attempt) -> int:

@@ -57,7 +57,7 @@ async def run_episode(agent: Agent, task: Task, session, *,
                 result = ToolResult(name="", ok=False, output=call)
             else:
                 log.calls.append(call)
-                result = await session.call(call, step=len(log.results))
+                result = await session.call(call, step=sum(1 for c in log.calls[:-1] if c.name))
             log.results.append(result)
             if result.infra:
                 log.infra, log.end = result.infra, "infra"

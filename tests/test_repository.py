@@ -228,3 +228,27 @@ async def test_concurrent_attempts_of_a_group_build_once(local):
     assert len({s.workspace.digest() for s in sessions}) == 1
     for s in sessions:
         s.close()
+
+
+async def test_repeated_session_requests_are_answered_once(local):
+    """A judge that handles a step twice (a redelivery) gets the same answers: one session,
+    one edit, one close; a request for a closed or unknown session says so."""
+    from bus.messages import SessionRequest
+    from sandbox.sessions import SessionHost
+
+    backend, cache = local
+    task = _tasks(1)[0]
+    host = SessionHost(backend, cache, "executor-9")
+    path = task.verifier.extra["touched"].split(",")[0]
+    edit = parse_call(tool_text("replace", path=path, old="def ", new="def  "))
+    opened = [await host.handle(SessionRequest(session_id="a.0", op="open", task=task)) for _ in range(2)]
+    assert opened[0].digest == opened[1].digest and host.counts["opened"] == 1
+    first, again = [await host.handle(SessionRequest(session_id="a.0", op="call", call=edit, step=0))
+                    for _ in range(2)]
+    assert first == again and first.result.ok
+    closed = [await host.handle(SessionRequest(session_id="a.0", op="close")) for _ in range(2)]
+    assert closed[0] == closed[1]
+    assert closed[0].files[path] == task.files[path].replace("def ", "def  ", 1)
+    late = await host.handle(SessionRequest(session_id="a.0", op="call", call=edit, step=1))
+    unknown = await host.handle(SessionRequest(session_id="b.0", op="call", call=edit, step=0))
+    assert not late.ok and not unknown.ok and "no session" in unknown.error
