@@ -69,11 +69,14 @@ class ScriptedGenerator:
                 await msg.ack()
                 return decode(msg.data, Attempt)
 
-    async def step(self, attempt: Attempt) -> None:
+    async def step(self, attempt: Attempt, twice: bool = False) -> None:
+        """Sample the next scripted turn; `twice` publishes it again as a redelivery would."""
         self.feedback.append(attempt.turns[-1].feedback)
         follow = Attempt(**{**{f: getattr(attempt, f) for f in attempt.__struct_fields__},
                             "turns": [*attempt.turns, _turn(self.script.pop(0))]})
-        await self.bus.publish(subjects.ATTEMPTS, follow, msg_id=f"{self.attempt_id}/t{len(follow.turns) - 1}")
+        msg_id = f"{self.attempt_id}/t{len(follow.turns) - 1}"
+        for copy in range(2 if twice else 1):
+            await self.bus.publish(subjects.ATTEMPTS, follow, msg_id=msg_id + "-again" * copy)
 
 
 async def _verdict(bus, timeout_s: float = 60) -> Verdict:
@@ -91,21 +94,27 @@ def _fix_script(task: Task) -> list[str]:
 
 
 async def test_scripted_episode_through_judge_and_executor_gets_full_reward(bus, built_envs):  # noqa: F811
-    """Each turn's tool call runs in the executor's session; submit judges the workspace: reward 1."""
+    """Each turn's tool call runs in the executor's session; submit judges the workspace: reward 1.
+    A malformed turn costs a step; a step handled twice (redelivered) edits the workspace once."""
     task = _task()
-    script = _fix_script(task)
+    init = next(p for p in task.files if p.endswith("__init__.py") and not p.startswith("tests"))
+    fix = _fix_script(task)
+    script = [fix[0], "let me look at the code", tool_text("replace", path=init, old='"""', new='"""#'),
+              *fix[1:]]
     agent = ScriptedGenerator(bus, task, script)
     async with anyio.create_task_group() as tg:
         await tg.start(judge_actor.run, bus, _config())
         await tg.start(executor_actor.run, bus, _config())
         await agent.start()
-        for _ in range(len(script) - 1):
-            await agent.step(await agent.continuation())
+        for i in range(len(script) - 1):
+            await agent.step(await agent.continuation(), twice=i == 1)
         verdict = await _verdict(bus)
         bus.stopping.set()
     assert verdict.outcome == "pass" and verdict.reward == pytest.approx(1.0), verdict.evidence
     assert [c.name for c in verdict.attempt.tool_calls] == [
-        "run_tests", "read_file", *["write_file"] * (len(script) - 4), "run_tests", "submit"]
+        "run_tests", "", "replace", "read_file", *["write_file"] * (len(fix) - 4), "run_tests", "submit"]
+    assert "No tool call" in agent.feedback[1]
+    assert verdict.attempt.workspace[init].count("#") == 1  # the repeated step ran once
     assert verdict.attempt.session == bus.identity.instance
     assert "FAILED" in agent.feedback[0] and agent.feedback[-1].rstrip().endswith("OK")
     assert verdict.attempt.workspace[task.verifier.extra["touched"].split(",")[0]] \
