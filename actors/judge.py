@@ -143,7 +143,8 @@ class Judge:
             if reply is None or not reply.ok or reply.result is None:
                 return await self.session_lost(attempt, reply)
             result = reply.result
-        if result.infra:
+        if result.infra:  # the sandbox failed under the session: close it, drop the attempt
+            await self.session_request(attempt, "close", timeout)
             return await self.finish(attempt, dropped(Cause("infra.sandbox", result.infra), [], []),
                                      retries=0, spent=0.0)
         attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, call])

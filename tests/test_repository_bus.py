@@ -200,7 +200,8 @@ backend = "local"
 [envs]
 mix = { structured = 0.0, data = 0.0, repository = 1.0 }
 [envs.use.repository]
-count = 4
+count = 2
+heldout_share = 0.0
 levels = [0]
 [envs.use.structured_output]
 enabled = false
