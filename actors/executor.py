@@ -10,6 +10,11 @@ instance named there gives the request back (nak, `avoid_delay_s`) while the req
 delivered at most `avoid_naks` times, so another instance can take it; after that it runs it
 anyway, so a stack with one executor still makes progress.
 
+Tool episodes: it also answers `SessionRequest`s over core request/reply (`SESSION_OPEN` in
+the `executors` queue group, then `session_subject(instance)`), holding each episode's
+workspace (`sandbox.sessions`) until the judge closes it, it idles out, or this process
+stops; a session dies with its process, and the judge then drops the attempt.
+
 A backend never raises for what a job did; should it raise for a bug of its own, the request
 is answered with a `sandbox_error` result (`sandbox_failed`), which the judge retries
 elsewhere. It does NOT judge, retry or interpret results: the judge does.
@@ -18,6 +23,7 @@ elsewhere. It does NOT judge, retry or interpret results: the judge does.
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import anyio
 import structlog
@@ -26,9 +32,12 @@ from anyio.abc import TaskStatus
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.gauges import RecentRate
-from bus.messages import ExecutionDone, ExecutionRequest, ExecutionResult, Job
+from bus.messages import (ExecutionDone, ExecutionRequest, ExecutionResult, Job, SessionReply,
+                          SessionRequest)
 from runtime.config import RunConfig
 from sandbox.outcome import sandbox_failure
+from sandbox.sessions import SessionHost
+from sandbox.workspace import WorkspaceCache
 from bus.nats_bus import Bus
 
 log = structlog.get_logger("actors.executor")
@@ -74,10 +83,34 @@ async def run(bus: Bus, config: RunConfig, *,
                  wall_s=round(result.wall_s, 3), cpu_s=round(result.cpu_s, 3),
                  sandbox_failed=result.sandbox_failed, backend=result.backend)
 
+    cache = WorkspaceCache(cfg.sandbox.workdir_root or None, enabled=cfg.cache_workspaces)
+    host = SessionHost(backend, cache, instance, cfg.session_idle_s)
+
+    async def handle_session(request: SessionRequest) -> SessionReply:
+        reply = await host.handle(request)
+        bus.stats.gauges.update({f"executor.sessions.{k}": float(v) for k, v in host.counts.items()})
+        bus.stats.gauges["executor.sessions.open"] = float(len(host.sessions))
+        bus.stats.gauges.update({f"executor.workspace.{k}": round(float(v), 4)
+                                 for k, v in cache.stats.items()})
+        return reply
+
+    async def reap_idle() -> None:
+        while True:
+            await anyio.sleep(min(cfg.session_idle_s / 4, 30.0))
+            host.reap_idle()
+
     try:
-        await consume(bus, subjects.CONSUMER_EXEC, ExecutionRequest, handle,
-                      max_in_flight=cfg.concurrency, drain_s=config.supervisor.drain_s,
-                      task_status=task_status)
+        async with anyio.create_task_group() as tg:
+            await tg.start(partial(bus.serve, subjects.SESSION_OPEN, SessionRequest, handle_session,
+                                   queue=subjects.SESSION_QUEUE, limit=cfg.concurrency))
+            await tg.start(partial(bus.serve, subjects.session_subject(instance), SessionRequest,
+                                   handle_session, limit=cfg.concurrency * 4))
+            tg.start_soon(reap_idle)
+            await consume(bus, subjects.CONSUMER_EXEC, ExecutionRequest, handle,
+                          max_in_flight=cfg.concurrency, drain_s=config.supervisor.drain_s,
+                          task_status=task_status)
+            tg.cancel_scope.cancel()
     finally:
         with anyio.CancelScope(shield=True):
+            host.close_all()
             await backend.aclose()

@@ -27,6 +27,7 @@ from bus.codec import pack_f32, pack_ids, unpack_ids
 from bus.consumer import Delivery, consume
 from bus.messages import Attempt, TaskAssignment, Turn
 from bus.nats_bus import Bus
+from judging.tools import is_tool_task
 from policy.engine import Engine, RowSettings, Sample, SampleRequest, open_engine, room_left
 from policy.follower import WeightFollower
 from runtime.config import RunConfig
@@ -96,7 +97,8 @@ class Generator:
         last = attempt.turns[-1]
         closed = last.finish_reason == "stop" and bool(
             set(unpack_ids(last.completion_ids)[-1:].tolist()) & self.engine.chat.end_ids)
-        added = self.engine.chat.feedback_ids(last.feedback, closed)
+        role = "tool" if is_tool_task(attempt.task) else "user"
+        added = self.engine.chat.feedback_ids(last.feedback, closed, role)
         context = context_of(attempt) + added
         [sample] = await self.engine.generate(
             SampleRequest(context, 1, self._settings(attempt.purpose, len(context))))

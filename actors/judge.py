@@ -11,7 +11,13 @@ Consumes `Attempt` from `subjects.CONSUMER_ATTEMPTS` and `ExecutionDone` from
   an infrastructure failure outlasts the retries, counted by cause; when the verdict
   stream is full, the verdicts every reader has acked are purged to make room;
 - for multi-turn work, a failed attempt with turns left goes back on `subjects.TURNS`
-  (msg id '<attempt_id>/t<next turn>') with feedback on its latest turn.
+  (msg id '<attempt_id>/t<next turn>') with feedback on its latest turn;
+- for tool episodes (`judging.tools.is_tool_task`), each turn's tool call is run in the
+  episode's session on an executor (`SessionRequest` over core request/reply; opened on the
+  first turn), and its trimmed result goes back on `subjects.TURNS` as the next message;
+  at submit or a step or token budget the session is closed and its final workspace is
+  judged like any attempt (hidden tests, one turn's penalty). A session whose executor is
+  gone drops the attempt (`infra.session_lost`): no reward.
 
 Structured attempts, and code that does not compile, are judged without execution. Every
 output id derives from the input's, so a redelivered input never yields a second output.
@@ -31,7 +37,8 @@ from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.consumer import Delivery, consume
-from bus.messages import Attempt, ExecutionDone, ExecutionRequest
+from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, SessionReply, SessionRequest,
+                          ToolCall, ToolResult)
 from bus.nats_bus import Bus
 from judging import rubric
 from judging.attribution import Cause
@@ -39,6 +46,7 @@ from judging.config import JudgeConfig
 from judging.feedback import feedback_for
 from judging.jobs import TaskError, build_job
 from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result
+from judging.tools import episode_over, is_tool_task, parse_call, result_message
 from runtime.config import RunConfig
 
 log = structlog.get_logger("judge")
@@ -54,8 +62,14 @@ class Judge:
         self.counts[name] = self.counts.get(name, 0.0) + by
 
     async def on_attempt(self, attempt: Attempt, delivery: Delivery) -> None:
+        if is_tool_task(attempt.task):
+            await self.on_tool_step(attempt)
+            return
+        await self.request_run(attempt, len(attempt.turns))
+
+    async def request_run(self, attempt: Attempt, turn: int) -> None:
+        """Judge the attempt's candidate: at once when nothing needs to run, else through a job."""
         started = time.perf_counter()
-        turn = len(attempt.turns)
         cand = candidate_of(attempt)
         early = before_running(attempt.task, cand, turn, self.config.reward)
         if early is not None:
@@ -67,7 +81,8 @@ class Judge:
             await self.finish(attempt, dropped(Cause("infra.bad_task", str(exc)), [], []),
                               retries=0, spent=time.perf_counter() - started)
             return
-        request = ExecutionRequest(request_id=f"{attempt.attempt_id}/t{turn}/r0", attempt=attempt, job=job)
+        request = ExecutionRequest(request_id=f"{attempt.attempt_id}/t{len(attempt.turns)}/r0",
+                                   attempt=attempt, job=job)
         await self.bus.publish(subjects.EXEC_REQUESTS, request, msg_id=request.request_id)
         self.count("judge.overhead_s", time.perf_counter() - started)
         log.info("judge.requested", attempt_id=attempt.attempt_id, request_id=request.request_id,
@@ -77,7 +92,7 @@ class Judge:
         started = time.perf_counter()
         request, attempt = done.request, done.request.attempt
         judgement = judge_result(attempt.task, candidate_of(attempt), request.job, done.result,
-                                 len(attempt.turns), self.config.reward)
+                                 penalised_turns(attempt), self.config.reward)
         if judgement.infra and request.retry < self.config.max_retries:
             await self.retry(done, judgement)
             self.count("judge.overhead_s", time.perf_counter() - started)
@@ -100,7 +115,8 @@ class Judge:
     async def finish(self, attempt: Attempt, judgement: Judgement, *, retries: int, spent: float) -> None:
         turn = len(attempt.turns)
         single_turn = attempt.task.verifier.kind == rubric.KIND  # a verifiers task is one reply
-        if judgement.outcome == "fail" and turn < self.config.max_turns and not single_turn:
+        if (judgement.outcome == "fail" and turn < self.config.max_turns and not single_turn
+                and not is_tool_task(attempt.task)):
             await self.continue_attempt(attempt, judgement)
         else:
             verdict = judgement.verdict(attempt, judge=self.bus.identity.instance, retries=retries)
@@ -109,6 +125,56 @@ class Judge:
             self.record(attempt, judgement, retries)
         self.count("judge.overhead_s", spent)
 
+    # --- tool episodes: one step per turn, the workspace held by an executor's session ----------
+
+    async def on_tool_step(self, attempt: Attempt) -> None:
+        """Run the tool call of the attempt's newest turn in its session; send the result back
+        as the next turn's message, or, once the episode is over, judge the final workspace."""
+        task, timeout = attempt.task, self.config.session_timeout_s + 2 * attempt.task.limits.timeout_s
+        if not attempt.session:
+            opened = await self.bus.request(subjects.SESSION_OPEN, SessionRequest(
+                session_id=attempt.attempt_id, op="open", task=task), SessionReply, timeout_s=timeout)
+            if opened is None or not opened.ok:
+                return await self.session_lost(attempt, opened)
+            attempt = msgspec.structs.replace(attempt, session=opened.executor)
+        call = parse_call(attempt.turns[-1].completion)
+        if isinstance(call, str):
+            call, result = ToolCall(name=""), ToolResult(name="", ok=False, output=call)
+        else:
+            reply = await self.session_request(attempt, "call", timeout, call=call,
+                                               step=session_calls(attempt.tool_calls))
+            if reply is None or not reply.ok or reply.result is None:
+                return await self.session_lost(attempt, reply)
+            result = reply.result
+        if result.infra:  # the sandbox failed under the session: close it, drop the attempt
+            await self.session_request(attempt, "close", timeout)
+            return await self.finish(attempt, dropped(Cause("infra.sandbox", result.infra), [], []),
+                                     retries=0, spent=0.0)
+        attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, call])
+        self.count(f"judge.tool.{call.name or 'malformed'}")
+        sampled = len(attempt.turns[-1].completion_ids) > 0
+        if not episode_over(task, attempt.tool_calls, completion_tokens(attempt), sampled):
+            return await self.continue_attempt(attempt, None, result_message(result) or "(no output)")
+        closed = await self.session_request(attempt, "close", timeout)
+        if closed is None or not closed.ok:
+            return await self.session_lost(attempt, closed)
+        self.count("judge.episodes")
+        await self.request_run(msgspec.structs.replace(
+            attempt, workspace=closed.files, refused=closed.refused), 1)
+
+    async def session_request(self, attempt: Attempt, op: str, timeout: float, **fields):
+        return await self.bus.request(
+            subjects.session_subject(attempt.session),
+            SessionRequest(session_id=attempt.attempt_id, op=op, **fields),  # type: ignore[arg-type]
+            SessionReply, timeout_s=timeout)
+
+    async def session_lost(self, attempt: Attempt, reply: SessionReply | None) -> None:
+        """The executor holding the episode is gone (or never answered): an infrastructure
+        fault, dropped and counted, never a reward."""
+        why = reply.error if reply is not None else f"no answer from executor {attempt.session or '(any)'}"
+        self.count("judge.sessions_lost")
+        await self.finish(attempt, dropped(Cause("infra.session_lost", why), [], []), retries=0, spent=0.0)
+
     async def make_room(self) -> int:
         """The verdict stream is full: drop the verdicts every reader has acked (their trial
         records stay with the monitor) rather than wait for them to age out."""
@@ -116,15 +182,18 @@ class Judge:
         self.count("judge.verdicts_reclaimed", removed)
         return removed
 
-    async def continue_attempt(self, attempt: Attempt, judgement: Judgement) -> None:
-        feedback = feedback_for(attempt.task, judgement, self.config.feedback_chars)
+    async def continue_attempt(self, attempt: Attempt, judgement: Judgement | None,
+                               feedback: str = "") -> None:
+        if judgement is not None:
+            feedback = feedback_for(attempt.task, judgement, self.config.feedback_chars)
         last = msgspec.structs.replace(attempt.turns[-1], feedback=feedback)
         follow = msgspec.structs.replace(attempt, turns=[*attempt.turns[:-1], last])
         next_turn = len(attempt.turns) + 1
         await self.bus.publish(subjects.TURNS, follow, msg_id=f"{attempt.attempt_id}/t{next_turn}")
         self.count("judge.continued")
         log.info("judge.continued", attempt_id=attempt.attempt_id, next_turn=next_turn,
-                 cause=judgement.cause, reward=judgement.reward)
+                 cause=judgement.cause if judgement else "tool_call",
+                 reward=judgement.reward if judgement else None)
 
     def record(self, attempt: Attempt, judgement: Judgement, retries: int) -> None:
         self.count("judge.verdicts")
@@ -139,6 +208,20 @@ class Judge:
             log.warning("judge.dropped", evidence=judgement.evidence[:500], **fields)
         else:
             log.info("judge.judged", **fields)
+
+
+def penalised_turns(attempt: Attempt) -> int:
+    """Turns the reward's turn penalty counts: a tool episode's steps are not retries."""
+    return 1 if is_tool_task(attempt.task) else len(attempt.turns)
+
+
+def session_calls(calls: list[ToolCall]) -> int:
+    """Calls the session has run: malformed ones (name '') never reach it."""
+    return sum(1 for call in calls if call.name)
+
+
+def completion_tokens(attempt: Attempt) -> int:
+    return sum(len(turn.completion_ids) // 4 for turn in attempt.turns)
 
 
 RECORDED_OUTPUT_CHARS = 4000

@@ -190,6 +190,14 @@ class Attempt(Message, tag="whet.attempt.v1"):
     "Policy version when the sampler admitted the work."
     purpose: Literal["train", "eval"] = "train"
     "'eval' attempts are scored but never trained on."
+    session: str = ""
+    "Tool episodes: the executor instance holding the workspace ('' before it is opened)."
+    workspace: dict[str, str] = {}
+    "Tool episodes: the files the workspace held when the episode ended (what is judged)."
+    refused: list[str] = []
+    "Tool episodes: paths the episode tried to write outside its workspace."
+    tool_calls: list[ToolCall] = []
+    "Tool episodes: the call each turn made, in order (a malformed one as name '')."
 
 
 class Job(Part):
@@ -270,6 +278,77 @@ class ExecutionDone(Message, tag="whet.exec_done.v1"):
     "Instance id of the executor that ran it."
     finished_at: float = 0.0
     "Unix time the job ended."
+
+
+# --- tool episodes ------------------------------------------------------------------------
+
+
+class ToolCall(Part):
+    """One tool call the model made in a turn (parsed by the judge from its completion)."""
+
+    name: str
+    "Tool name: list_files, read_file, write_file, replace, run_tests or submit."
+    arguments: dict[str, Any] = {}
+    "The call's arguments, as the model wrote them (JSON values)."
+
+
+class ToolResult(Part):
+    """What one tool call did, as the episode's owner reports it."""
+
+    name: str
+    "The tool that ran ('' when the call could not be parsed)."
+    ok: bool
+    "False when the call was refused or failed (the output says why)."
+    output: str = ""
+    "Text returned to the model as the next message, trimmed to the episode's budget."
+    visible_passed: int = -1
+    "Visible tests passing after this call, when it ran them (-1 otherwise)."
+    visible_total: int = -1
+    "Visible tests run by this call (-1 when it ran none)."
+    refused: bool = False
+    "True when the call tried to write outside the workspace (a hack sign)."
+    infra: str = ""
+    "Set when the sandbox itself failed while running the call (never the model's fault)."
+
+
+class SessionRequest(Message, tag="whet.session_request.v1"):
+    """Judge to the executor owning an episode's workspace (request/reply on
+    `subjects.session_subject(executor)`, or `SESSION_OPEN` to any executor): open the
+    workspace of `task`, run one tool call in it, or close it (returning its files)."""
+
+    session_id: str
+    "The episode's session: the attempt id."
+    op: Literal["open", "call", "close"]
+    "What to do."
+    task: Task | None = None
+    "The task whose workspace to open (op 'open')."
+    call: ToolCall | None = None
+    "The tool call to run (op 'call')."
+    step: int = 0
+    "Tool calls made before this one; a repeated step is answered from the session's record."
+
+
+class SessionReply(Message, tag="whet.session_reply.v1"):
+    """Executor to judge: the result of a `SessionRequest`."""
+
+    session_id: str
+    "The session."
+    executor: str
+    "Instance id of the executor that owns the session."
+    ok: bool = True
+    "False when the session is unknown (its owner restarted) or the request was malformed."
+    error: str = ""
+    "Why not ok."
+    result: ToolResult | None = None
+    "The tool call's result (op 'call')."
+    files: dict[str, str] = {}
+    "The workspace's files (op 'close')."
+    refused: list[str] = []
+    "Paths the episode tried to write outside the workspace (op 'close')."
+    digest: str = ""
+    "Content hash of the workspace (ops 'open' and 'close')."
+    setup_s: float = 0.0
+    "Seconds the workspace took to set up (op 'open'); a cache restore is far below a build."
 
 
 # --- verdicts ----------------------------------------------------------------------------
@@ -783,6 +862,8 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     ScaleTarget,
     Event,
     DeadLetter,
+    SessionRequest,
+    SessionReply,
     SamplerState,
     EvaluatorState,
     EvalRound,

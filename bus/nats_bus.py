@@ -35,6 +35,7 @@ from bus.messages import Message
 from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
 from bus.nats_reclaim import StreamReclaim
+from bus.nats_requests import RequestReplies
 from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, retry
 
 M = TypeVar("M", bound=Message)
@@ -159,7 +160,7 @@ def _client_options(settings: BusSettings, identity: Identity, watch: _Connectio
     return options
 
 
-class Bus(KeyValueCalls, StreamReads, StreamReclaim):
+class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
     """A connected client. Create with `await Bus.connect(settings, identity)`."""
 
     def __init__(self, nc: nats.NATS, settings: BusSettings, identity: Identity) -> None:

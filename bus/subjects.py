@@ -189,6 +189,20 @@ def max_deliveries_advisory(stream: str, consumer: str) -> str:
 JS_API = "$JS.API"
 
 
+SESSION_OPEN = f"{PREFIX}.session.open"
+"Core request/reply: open a tool episode's workspace on any executor (queue group below)."
+SESSION_QUEUE = "executors"
+"Queue group of the executors answering SESSION_OPEN."
+
+
+def session_subject(instance: str) -> str:
+    """Core request/reply subject of one executor's sessions (calls and close)."""
+    return f"{PREFIX}.session.i.{token(instance)}"
+
+
+SESSIONS_ALL = f"{PREFIX}.session.>"
+
+
 def next_messages(stream: str, durable: str) -> str:
     """JetStream API subject a pull consumer's requests for more messages go to."""
     return f"{JS_API}.CONSUMER.MSG.NEXT.{stream}.{durable}"

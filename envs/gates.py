@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from envs.config import GateConfig
 from judging.jobs import TaskError
 from envs.mutants import Mutant, json_mutants, python_mutants
 
-KINDS = ("python_io", "python_check", "script_io", "structured", "verifiers")
+KINDS = ("python_io", "python_check", "script_io", "structured", "verifiers", "repo_io")
 
 
 @dataclass
@@ -88,7 +89,7 @@ def validity_problems(task: Task) -> list[str]:
         problems.append("verifier.reference: empty (the solvability gate needs one)")
     if v.kind == "python_io" and not task.entry_point:
         problems.append("entry_point: python_io tasks name the function to call")
-    lists = ("visible", "hidden") if v.kind in ("python_io", "script_io") else ()
+    lists = ("visible", "hidden") if v.kind in ("python_io", "script_io", "repo_io") else ()
     lists += ("extra.robustness",) if "robustness" in v.extra else ()
     lists += ("hidden",) if v.kind == "structured" else ()
     for name in lists:
@@ -100,6 +101,13 @@ def validity_problems(task: Task) -> list[str]:
             continue
         if not isinstance(value, list):
             problems.append(f"verifier.{name}: expected a JSON list")
+    if v.kind == "repo_io":
+        try:
+            from judging import repo
+
+            repo.files_of(v.reference)
+        except ValueError as exc:
+            problems.append(f"verifier.reference: {exc}")
     if v.kind == "structured":
         try:
             json.loads(v.extra.get("schema", "{}"))
@@ -118,6 +126,8 @@ def mutants_for(task: Task, *, limit: int, seed: int = 0) -> list[tuple[Mutant, 
     v = task.verifier
     if v.kind == "structured":
         return [(m, m.source) for m in json_mutants(v.reference, limit=limit, seed=seed)]
+    if v.kind == "repo_io":
+        return _workspace_mutants(task, limit, seed)
     if v.kind == "python_check":
         # The completion continues the prompt; a mutant is the whole program, whose
         # redefinition of the entry point replaces the prompt's stub.
@@ -126,6 +136,23 @@ def mutants_for(task: Task, *, limit: int, seed: int = 0) -> list[tuple[Mutant, 
         found = python_mutants(prefix + v.reference, limit=limit, seed=seed, first_line=first)
         return [(m, "\n" + m.source) for m in found]
     return [(m, m.source) for m in python_mutants(v.reference, limit=limit, seed=seed)]
+
+
+def _workspace_mutants(task: Task, limit: int, seed: int) -> list[tuple[Mutant, str]]:
+    """Mutants of the modules the reference fix touches (`extra["touched"]`), each as the
+    whole reference workspace with that one module mutated."""
+    from judging import repo
+
+    files = repo.files_of(task.verifier.reference)
+    touched = [p for p in task.verifier.extra.get("touched", "").split(",") if p in files]
+    groups = {path: python_mutants(files[path], seed=seed) for path in touched or sorted(files)
+              if path.endswith(".py") and not repo.is_test_path(path)}
+    found = [(Mutant(m.operator, f"{path} {m.description}", m.source), path)
+             for path, mutants in groups.items() for m in mutants]
+    rng = random.Random(seed)
+    rng.shuffle(found)
+    found = found[:limit] if limit else found
+    return [(m, json.dumps({**files, path: m.source})) for m, path in found]
 
 
 def _quick(task: Task, timeout_s: float) -> Task:

@@ -24,6 +24,7 @@ BUILTIN: dict[str, str] = {
     "data_scripts": "envs.data_scripts:ENVIRONMENT",
     "structured_output": "envs.structured:ENVIRONMENT",
     "humaneval": "envs.registry:HUMANEVAL",
+    "repository": "envs.repository:ENVIRONMENT",
 }
 "Built-in environments by name, as 'module:ATTRIBUTE'."
 

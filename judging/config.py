@@ -166,6 +166,9 @@ class JudgeConfig(Section):
     "Messages one judge instance holds at once, per input."
     model_judge: ModelJudgeConfig = ModelJudgeConfig()
     "The optional model judge: a flag for people on passing attempts, never a reward."
+    session_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 20.0
+    ("Seconds a tool episode's executor has to answer one session request, beyond twice the "
+     "task's own timeout; no answer drops the attempt (infra.session_lost).")
 
     def __post_init__(self) -> None:
         honest = self.reward.lowest_honest(self.max_turns)

@@ -91,6 +91,8 @@ def from_code(task: Task, code: str) -> Candidate:
     kind = task.verifier.kind
     if kind == "verifiers":
         return Candidate(code)
+    if kind == "repo_io":
+        return _workspace_candidate(code)
     if kind == "structured":
         try:
             return Candidate(code, value=json.loads(code))
@@ -105,6 +107,23 @@ def from_code(task: Task, code: str) -> Candidate:
     error = _compile_error(program, prefix.count("\n"))
     entry = not task.entry_point or kind == "script_io" or (not error and _defines(program, task.entry_point))
     return Candidate(program, prefix.count("\n"), error, defines_entry=entry)
+
+
+def _workspace_candidate(text: str) -> Candidate:
+    """repo_io: `text` is a workspace as JSON ({path: text}, or {"files": ..., "refused": ...}
+    from a tool episode); the program is the importer over its modules (`judging.repo`)."""
+    from judging import repo
+
+    try:
+        value = json.loads(text)
+        files = repo.files_of(json.dumps(value.get("files", value) if isinstance(value, dict) else value))
+        refused = [str(p) for p in value.get("refused", [])] if "files" in value else []
+    except (ValueError, AttributeError, TypeError) as exc:
+        return Candidate(text, compile_error=f"not a workspace: {exc}")
+    program = repo.program_of(files)
+    return Candidate(program, offset_lines=program.count("\n") + 1,
+                     compile_error=repo.compile_errors(files),
+                     value={"files": files, "refused": refused})
 
 
 def _compile_error(program: str, offset: int) -> str:

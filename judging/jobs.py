@@ -34,7 +34,8 @@ COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
 SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "mutate.py", "proxy.py",
            "wire.py")
-MODES = {"python_io": "function", "python_check": "check", "script_io": "script"}
+MODES = {"python_io": "function", "python_check": "check", "script_io": "script",
+         "repo_io": "function"}
 DEFAULT_RANDOM = 10
 
 
@@ -72,7 +73,8 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
                         f"{sorted([*MODES, rubric.KIND])})")
     spec = make_spec(task, nonce or secrets.token_hex(16))
     limits = task.limits
-    measured = quality_mod.job_spec(quality, cand) if quality is not None else None
+    # A workspace bundle is not one module: quality is measured on single-file attempts only.
+    measured = quality_mod.job_spec(quality, cand) if quality is not None and kind != "repo_io" else None
     if measured is not None:
         spec["quality"] = measured
         tools = measured["lint"] or measured["types"]
@@ -104,7 +106,7 @@ def make_spec(task: Task, nonce: str) -> dict:
     elif mode == "function":
         spec["layers"] = [{"name": n, "cases": [_args(c, n) for c in _cases(src, n)]}
                           for n, src in (("visible", v.visible), ("hidden", v.hidden))]
-        spec["reference"] = v.reference
+        spec["reference"] = _repo_reference(v.reference) if v.kind == "repo_io" else v.reference
         cases = [_args(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
         spec["robustness"] = {"cases": cases, **_random(task, default=DEFAULT_RANDOM if v.reference else 0)}
     else:
@@ -177,6 +179,15 @@ def _run(case, where: str) -> dict:
     if not isinstance(files, dict) or not all(isinstance(t, str) for t in files.values()):
         raise TaskError(f"verifier.{where}: 'files' must map names to text")
     return {"stdin": case.get("stdin", ""), "files": files}
+
+
+def _repo_reference(text: str) -> str:
+    from judging import repo
+
+    try:
+        return repo.program_of(repo.files_of(text)) if text.strip() else ""
+    except ValueError as exc:
+        raise TaskError(f"verifier.reference: {exc}") from None
 
 
 def _with_newline(text: str) -> str:

@@ -29,7 +29,7 @@ from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdi
 from judging import quality, rubric, structured
 from judging.attribution import Cause, attribute, job_cause
 from judging.config import RewardConfig
-from judging.extract import Candidate, from_completion
+from judging.extract import Candidate, from_code, from_completion
 from judging.hacks import HackSign, detect
 from judging.harness import wire
 from judging.layers import TEST_LAYERS, ScoredTest, layer_results, score_tests
@@ -65,7 +65,10 @@ class Judgement:
 
 
 def candidate_of(attempt: Attempt) -> Candidate:
-    """The candidate in the attempt's latest turn."""
+    """The candidate in the attempt's latest turn (a tool episode's: its final workspace)."""
+    if attempt.task.verifier.kind == "repo_io":
+        return from_code(attempt.task, json.dumps({"files": attempt.workspace,
+                                                   "refused": attempt.refused}))
     return from_completion(attempt.task, attempt.turns[-1].completion if attempt.turns else "")
 
 

@@ -79,9 +79,9 @@ def _judge_ok(task: Task, rec: dict, expected, against_reference: bool) -> tuple
 
 def _expected_outputs(task: Task) -> dict[tuple[str, int], object]:
     v = task.verifier
-    if v.kind not in ("python_io", "script_io"):
+    if v.kind not in ("python_io", "script_io", "repo_io"):
         return {}
-    field = "expected" if v.kind == "python_io" else "expected_stdout"
+    field = "expected_stdout" if v.kind == "script_io" else "expected"
     out = {}
     for layer, text in (("visible", v.visible), ("hidden", v.hidden),
                         ("robustness", v.extra.get("robustness", ""))):

@@ -46,6 +46,8 @@ class CheckOutcome:
     "What the cause was read from."
     failing: tuple[str, ...] = ()
     "Ids of the failed tests (e.g. 'hidden/3')."
+    reward: float | None = None
+    "The reward the judge gives it (None when dropped), with the default weights."
 
 
 async def check_code(task: Task, code: str, backend, *, retries: int = 2) -> CheckOutcome:
@@ -71,4 +73,5 @@ def outcome_of(judged: Judgement, result: ExecutionResult) -> CheckOutcome:
     failing = tuple(t.id for t in judged.tests if t.passed is False)
     return CheckOutcome(passed=passed, total=total, per_layer=per_layer, outputs_digest=digest,
                         result=result, ok=judged.outcome == "pass", outcome=judged.outcome,
-                        cause=judged.cause, evidence=judged.evidence, failing=failing)
+                        cause=judged.cause, evidence=judged.evidence, failing=failing,
+                        reward=judged.reward)

@@ -39,19 +39,20 @@ class ChatFormat:
         """Ids of the opening context: the user's prompt and an open assistant turn."""
         return self.encode(self.render([{"role": "user", "content": prompt}], True))
 
-    def feedback_ids(self, feedback: str, closed: bool) -> list[int]:
+    def feedback_ids(self, feedback: str, closed: bool, role: str = "user") -> list[int]:
         """Ids that follow a completion: close its turn (unless it `closed` itself), add the
-        feedback as a user turn, open the next assistant turn."""
-        before, after = self._feedback_frame()
+        feedback as a turn of `role` ('user', or 'tool' for a tool's result), open the next
+        assistant turn."""
+        before, after = self._feedback_frame(role)
         if closed and before.startswith(self.end_text):
             before = before[len(self.end_text):]
         return self.encode(before + feedback + after)
 
-    def _feedback_frame(self) -> tuple[str, str]:
+    def _feedback_frame(self, role: str = "user") -> tuple[str, str]:
         first = [{"role": "user", "content": "p"}, {"role": "assistant", "content": _MARK}]
         upto = self.render(first, False)
         cut = upto.index(_MARK) + len(_MARK)
-        full = self.render(first + [{"role": "user", "content": _FEEDBACK}], True)
+        full = self.render(first + [{"role": role, "content": _FEEDBACK}], True)
         if full[:cut] != upto[:cut]:
             raise ValueError("chat template renders earlier turns differently once a turn is added")
         tail = full[cut:]

@@ -136,9 +136,10 @@ ROLE_GRANTS: dict[str, Grant] = {
                 | kv_writes(s.BUCKET_RUN, "sampler.>") | observes(WORK_STREAMS)),
     "generator": (consumes(s.STREAM_TASKS) | consumes(s.STREAM_TURNS) | publishes(s.ATTEMPTS)
                   | kv_reads(s.BUCKET_POLICY) | weights_read()),
-    "executor": consumes(s.STREAM_EXEC) | publishes(s.EXEC_DONE),
+    "executor": (consumes(s.STREAM_EXEC) | publishes(s.EXEC_DONE, f"{s.inbox_prefix('judge')}.>")
+                 | Grant(subscribe=frozenset({s.SESSIONS_ALL}))),
     "judge": (consumes(s.STREAM_ATTEMPTS) | consumes(s.STREAM_EXEC_DONE)
-              | publishes(s.EXEC_REQUESTS, s.TURNS, VERDICTS_ALL)
+              | publishes(s.EXEC_REQUESTS, s.TURNS, VERDICTS_ALL, s.SESSIONS_ALL)
               | observes([s.STREAM_VERDICTS, s.STREAM_ADVISORIES])
               | publishes(f"{_API}.STREAM.PURGE.{s.STREAM_VERDICTS}")),
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)

@@ -46,3 +46,7 @@ class ExecutorConfig(Section):
     "Redelivery delay when giving such a request back."
     sandbox: SandboxConfig = SandboxConfig()
     "How jobs are isolated ([executor.sandbox])."
+    session_idle_s: Annotated[float, msgspec.Meta(gt=0, le=86400)] = 600.0
+    "A tool episode's workspace idle this long is closed (its judge is gone)."
+    cache_workspaces: bool = True
+    "Build a task's prepared workspace once and restore it for each attempt (hardlinked copy)."

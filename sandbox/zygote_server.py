@@ -164,7 +164,11 @@ def run_python(argv):
     import types
 
     reopen_stdio()
-    flags = [a for a in argv[1:] if a in FLAGS]
+    flags = []
+    for arg in argv[1:]:  # only the interpreter's own flags, before -c/-m/script: the
+        if arg not in FLAGS:  # program's arguments may hold '-s' too (unittest's -s DIR)
+            break
+        flags.append(arg)
     mode, target, rest = argv[1 + len(flags)], "", argv[2 + len(flags):]
     code = 0
     try:

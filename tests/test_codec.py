@@ -60,6 +60,12 @@ def samples() -> list[m.Message]:
         m.Event(ts=1.0, level="info", event="actor.started", fields={"pid": 3, "n": [1, 2]}),
         m.DeadLetter(subject="s", stream="S", stream_seq=4, consumer="c", reason="malformed",
                      error="bad", payload=b"\x00\x01"),
+        m.SessionRequest(session_id="a.0", op="call", step=2,
+                         call=m.ToolCall(name="read_file", arguments={"path": "a.py", "start": 1})),
+        m.SessionReply(session_id="a.0", executor="executor-1", files={"a.py": "x = 1\n"},
+                       refused=["../x"], digest="ab", setup_s=0.01,
+                       result=m.ToolResult(name="run_tests", ok=True, output="OK",
+                                           visible_passed=2, visible_total=2)),
         m.SamplerState(admitted=8, judged=4, produced=4, next_seq=2, counted=["a.0", "a.1"]),
         m.EvaluatorState(last_round=2, history=[m.EvalPoint(
             version=2, pass_rates={"python": 0.5}, attempts={"python": 4}, overall=0.5,
