@@ -137,6 +137,7 @@ async def one_count(bus: Bus, url: str, n: int, args, server) -> dict:
             if key in s1:
                 row[key] = s1[key]
         row.update(await scale_probes.status_timing(bus))
+        row["heartbeats_key_by_key_s"] = await scale_probes.key_by_key_s(bus)
         newcomers = [await scale_probes.newcomer(url, f"new-{n}-{i}") for i in range(args.newcomers)]
         row["newcomer_ready_s"] = statistics.median(x["ready_s"] for x in newcomers)
         row["newcomer_first_message_s"] = statistics.median(x["first_message_s"] for x in newcomers)

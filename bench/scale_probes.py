@@ -80,6 +80,16 @@ async def status_timing(bus: Bus, repeats: int = 5) -> dict:
             "beat_age_max_s": max((a.beat_age_s for a in sims), default=0.0)}
 
 
+async def key_by_key_s(bus: Bus) -> float:
+    """Time to read every heartbeat as `Bus.kv_items` did before it read in one pass: list
+    the keys, then look the bucket up and get each key (two requests per key)."""
+    start = time.perf_counter()
+    kv = await bus.js.key_value(subjects.BUCKET_ACTORS)
+    for key in await kv.keys():
+        await (await bus.js.key_value(subjects.BUCKET_ACTORS)).get(key)
+    return time.perf_counter() - start
+
+
 async def newcomer(url: str, name: str, timeout_s: float = 60.0) -> dict:
     """Start one more simulated actor in this process: seconds to ready, to its first message."""
     record = scale_actor.RECORD

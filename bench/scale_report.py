@@ -33,6 +33,7 @@ MEASURES = [
     ("subscriptions", "server subscriptions", "total"),
     ("slow_consumers", "slow consumers", "total"),
     ("status_s", "`whet status` read (s)", "each"),
+    ("heartbeats_key_by_key_s", "  the heartbeats read key by key, as before (s)", "each"),
     ("status_render_s", "`whet status` table drawn (s)", "each"),
     ("newcomer_ready_s", "newcomer: start to ready (s)", "each"),
     ("newcomer_first_message_s", "newcomer: start to first message (s)", "each"),

@@ -16,7 +16,7 @@ def test_scale_bench_runs_at_ten_actors(tmp_path):
     out = tmp_path / "scale"
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "scale.py"), "--counts", "10", "--per-process", "5",
-         "--window", "1", "--warmup", "0.5", "--newcomers", "1", "--supervisor-window", "0.5",
+         "--window", "2.5", "--warmup", "0.5", "--newcomers", "1", "--supervisor-window", "0.5",
          "--out", str(out), "--log-dir", str(tmp_path / "logs")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
         timeout=120)
