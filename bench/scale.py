@@ -145,6 +145,9 @@ async def one_count(bus: Bus, url: str, n: int, args, server) -> dict:
         start = time.perf_counter()
         await stop_workers(workers)
         row["stop_s"] = time.perf_counter() - start
+    # The same read with no simulated actor running: the cost of the code path alone.
+    idle = await scale_probes.status_timing(bus, include_stopped=True)
+    row.update(status_idle_s=idle["status_s"], status_idle_render_s=idle["status_render_s"])
     return row
 
 

@@ -62,12 +62,13 @@ async def last_seq(bus: Bus, stream: str) -> int:
     return (await bus.js.stream_info(stream)).state.last_seq
 
 
-async def status_timing(bus: Bus, repeats: int = 5) -> dict:
-    """Median time of `whet status`'s read of the bus (`runtime.status.gather`), and what it saw."""
+async def status_timing(bus: Bus, repeats: int = 5, include_stopped: bool = False) -> dict:
+    """Median time of `whet status`'s read of the bus (`runtime.status.gather`) and the time
+    to draw its tables, and what it saw."""
     times, snap = [], None
     for _ in range(repeats):
         start = time.perf_counter()
-        snap = await status_mod.gather(bus)
+        snap = await status_mod.gather(bus, include_stopped=include_stopped)
         times.append(time.perf_counter() - start)
     assert snap is not None
     start = time.perf_counter()

@@ -35,6 +35,8 @@ MEASURES = [
     ("status_s", "`whet status` read (s)", "each"),
     ("heartbeats_key_by_key_s", "  the heartbeats read key by key, as before (s)", "each"),
     ("status_render_s", "`whet status` table drawn (s)", "each"),
+    ("status_idle_s", "`whet status` read, actors stopped (s)", "each"),
+    ("status_idle_render_s", "`whet status` drawn, actors stopped (s)", "each"),
     ("newcomer_ready_s", "newcomer: start to ready (s)", "each"),
     ("newcomer_first_message_s", "newcomer: start to first message (s)", "each"),
     ("stop_s", "stop of all actors (s)", "total"),
