@@ -83,7 +83,7 @@ def table(rows: list[dict], measures: list[tuple[str, str, str]]) -> list[str]:
 
 def render(result: dict) -> str:
     lines = [f"# Scale bench: {result['command']}", "",
-             f"Each simulated actor: {result['connections']}, a heartbeat every 2 s, one consumer "
+             f"Connections: {result['connections']}. Each simulated actor: a heartbeat every 2 s, one consumer "
              f"on a shared durable, {result['rate_per_actor']} messages/s published; "
              f"{result['per_process']} actors per OS process; window {result['window_s']} s; "
              f"{result['cpus']} CPUs, load average {result['load_before']:.1f} before the run.",
