@@ -75,6 +75,11 @@ PULL_EXPIRES_S = 1.0
 the pace at which an idle consumer notices that it should stop."""
 
 
+REFUSED_PAUSE_S = 1.0
+"""How long to wait before asking again after the server refused a pull request (409: too
+many requests waiting on the consumer, the consumer deleted, a leader change)."""
+
+
 async def consume(
     bus: Bus,
     spec: subjects.ConsumerSpec,
@@ -102,11 +107,12 @@ class _Pull:
     """The one pull request outstanding: how many messages it may still bring, and whether
     the server has ended it (all brought, or expired)."""
 
-    __slots__ = ("left", "ended")
+    __slots__ = ("left", "ended", "refused")
 
     def __init__(self, batch: int) -> None:
         self.left = batch
         self.ended = anyio.Event()
+        self.refused = False
 
 
 class _Loop:
@@ -215,12 +221,16 @@ class _Loop:
             # the connection is given up after a margin, and another is sent.
             with anyio.move_on_after(PULL_EXPIRES_S + self.bus.settings.request_timeout_s):
                 await pull.ended.wait()
+            if pull.refused:  # asking again at once would refuse again, as fast as it can
+                with anyio.move_on_after(REFUSED_PAUSE_S):
+                    await self.bus.stopping.wait()
 
     async def _on_delivery(self, msg: nats.aio.msg.Msg) -> None:
         """Callback of the deliveries subscription: a message, or the status of a request."""
         status = msg.headers.get(STATUS) if msg.headers else None
         if status is not None:
             if status == "409":  # the request was refused (consumer deleted, ...): log it
+                self.pull.refused = True
                 log.warning("consumer.pull_refused", consumer=self.spec.durable,
                             description=msg.headers.get(DESCRIPTION, ""))
             if status != "100":  # 100 is a heartbeat; 404, 408 and 409 end the request

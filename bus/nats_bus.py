@@ -41,6 +41,11 @@ from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, retry
 M = TypeVar("M", bound=Message)
 log = structlog.get_logger("bus")
 
+MAX_WAITING_PULLS = 4096
+"""Pull requests a durable consumer keeps waiting on the server: one per instance of the kind
+reading it. The server's default, 512, refused the 513th instance's requests (409 Exceeded
+MaxWaiting; bench/scale.py at 1,000 actors). It cannot be changed on an existing durable."""
+
 _VIOLATION = re.compile(r"permissions violation for (publish|subscription) to \"?([^\"\s]+)",
                         re.IGNORECASE)
 
@@ -280,6 +285,7 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
             max_deliver=max_deliver or self.settings.max_deliver,
             filter_subject=spec.filter_subject,
             max_ack_pending=self.settings.max_ack_pending,
+            max_waiting=MAX_WAITING_PULLS,
         )
         try:
             await self.js.consumer_info(spec.stream, spec.durable)

@@ -13,6 +13,7 @@ import anyio
 import nats.errors
 import nats.js.errors
 import structlog
+from nats.js.kv import KeyValue
 
 from bus import subjects
 from bus.codec import decode, encode
@@ -24,10 +25,27 @@ M = TypeVar("M", bound=Message)
 log = structlog.get_logger("bus")
 RENEW_CHECK_S = 2.0
 "How often a quiet watch checks whether the connection came back since it was opened."
+READ_INACTIVE_S = 5.0
+"""Seconds the server keeps the consumer of a one-pass read (`kv_items`) after the read
+stops: a status loop would otherwise leave one behind per call for nats-py's 5 minutes."""
 
 
 class KeyValueCalls:
     """`kv_*` methods; mixed into `Bus`."""
+
+    _buckets: dict[str, KeyValue] | None = None
+    "Bucket handles by name, once found."
+
+    async def _bucket(self, bucket: str) -> KeyValue:
+        """The handle of `bucket`, looked up once per client: nats-py's lookup asks the
+        server for the stream's info each time, which doubled the requests of every
+        heartbeat (bench/scale.py). A bucket not found yet is looked up again next time."""
+        if self._buckets is None:
+            self._buckets = {}
+        kv = self._buckets.get(bucket)
+        if kv is None:
+            kv = self._buckets[bucket] = await self.js.key_value(bucket)
+        return kv
 
     async def kv_put(self, bucket: str, key: str, msg: Message) -> None:
         """Write `msg` under `key`, retrying through an outage until the publish deadline."""
@@ -37,7 +55,7 @@ class KeyValueCalls:
         """Write raw bytes under `key` (run metadata that is not a message)."""
 
         async def put() -> None:
-            kv = await self.js.key_value(bucket)
+            kv = await self._bucket(bucket)
             await kv.put(key, value)
 
         await retry(put, what=f"put {bucket}/{key}", deadline_s=self.settings.publish_deadline_s,
@@ -47,7 +65,7 @@ class KeyValueCalls:
 
     async def kv_get_bytes(self, bucket: str, key: str) -> bytes | None:
         """Read raw bytes under `key`, or None."""
-        kv = await self.js.key_value(bucket)
+        kv = await self._bucket(bucket)
         try:
             entry = await kv.get(key)
         except nats.js.errors.KeyNotFoundError:
@@ -61,25 +79,34 @@ class KeyValueCalls:
 
     async def kv_delete(self, bucket: str, key: str) -> None:
         """Delete `key` if present."""
-        kv = await self.js.key_value(bucket)
+        kv = await self._bucket(bucket)
         try:
             await kv.delete(key)
         except nats.js.errors.KeyNotFoundError:
             pass
 
     async def kv_items(self, bucket: str, cls: type[M], prefix: str = "") -> dict[str, M]:
-        """Every live key (optionally under `prefix`) with its decoded value."""
-        kv = await self.js.key_value(bucket)
-        try:
-            keys = await kv.keys()
-        except nats.js.errors.NoKeysError:
-            return {}
+        """Every live key (optionally under `prefix`) with its decoded value.
+
+        Read in one pass: one watch of the latest value of each key, ended at the last
+        one, so the cost is a few requests whatever the number of keys. (A list of the keys
+        and a get per key took two round trips per key: `whet status` over 1,000 actors'
+        heartbeats took seconds.) A prefix ending in '.' is filtered on the server.
+        """
+        kv = await self._bucket(bucket)
+        watcher = await kv.watch(f"{prefix}>" if prefix.endswith(".") else ">",
+                                 ignore_deletes=True, inactive_threshold=READ_INACTIVE_S)
         out: dict[str, M] = {}
-        for key in keys:
-            if key.startswith(prefix):
-                value = await self.kv_get(bucket, key, cls)
-                if value is not None:
-                    out[key] = value
+        try:
+            while (entry := await watcher.updates(timeout=self.settings.request_timeout_s)) is not None:
+                if entry.value and entry.key.startswith(prefix):
+                    out[entry.key] = decode(entry.value, cls)
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await watcher.stop()
+                except nats.errors.Error:
+                    pass
         return out
 
     async def kv_watch(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
@@ -96,7 +123,7 @@ class KeyValueCalls:
     async def _watch_once(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
         """One watch, until the connection is lost or comes back (then `Renew`)."""
         reconnects = self.watch.reconnects
-        kv = await self.js.key_value(bucket)
+        kv = await self._bucket(bucket)
         watcher = await kv.watch(key, ignore_deletes=True)
         try:
             while True:
