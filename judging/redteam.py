@@ -22,8 +22,6 @@ It does NOT publish anything or touch a running stack.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 
 from bus.messages import Attempt, Task, Turn
@@ -80,32 +78,6 @@ class DomainScore:
     impossible_reference_failed: int = 0
     impossible_attack_passes: int = 0
     problems: list[str] = field(default_factory=list)
-
-
-def shipped_environments() -> dict[str, str]:
-    """Every environment the project ships, by name: the registry's built-ins and each module
-    under `envs/examples` that declares an ENVIRONMENT."""
-    from envs import examples
-    from envs.registry import BUILTIN
-
-    out = dict(BUILTIN)
-    for info in pkgutil.iter_modules(examples.__path__):
-        module = importlib.import_module(f"envs.examples.{info.name}")
-        env = getattr(module, "ENVIRONMENT", None)
-        if env is not None:
-            out[env.name] = f"envs.examples.{info.name}:ENVIRONMENT"
-    return out
-
-
-def pick_tasks(names: list[str], count: int, seed: int = 0) -> dict[str, list[Task]]:
-    """`count` tasks of each named environment (generated with `seed`, or the first of a fixed set)."""
-    from envs.config import EnvEntry
-    from envs.environment import generate
-    from envs.registry import resolve
-
-    targets = shipped_environments()
-    return {name: list(generate(resolve(name, EnvEntry(target=targets[name])), count, seed=seed))
-            for name in names}
 
 
 def attempts_for(env: str, task: Task) -> list[tuple[Attempt, dict]]:

@@ -38,12 +38,13 @@ def register(app: typer.Typer) -> None:
         config: Annotated[Path | None, typer.Option("--config", "-c", help="Run config for [judge].")] = None,
     ) -> None:
         """Attack each environment's tasks with known hacks and impossible variants; exit 1 on a miss."""
+        from envs import registry
         from judging import redteam as rt
 
         log_mod.configure(kind="cli", instance="redteam", level="warning")
         cfg = config_mod.load(config) if config else config_mod.RunConfig()
-        names = chosen(domains, rt.shipped_environments())
-        picked = rt.pick_tasks(names, tasks, seed)
+        names = chosen(domains, registry.shipped())
+        picked = registry.first_tasks(names, tasks, seed=seed)
         trials = anyio.run(_run, picked, backend, cfg, concurrency)
         scores = rt.tally(trials, picked)
         if as_json:

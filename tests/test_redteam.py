@@ -9,6 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bus.messages import Verifier
+from envs import registry
 from judging import redteam
 from judging.attacks import APPLIES, CLASSES, attacks_for
 from judging.config import JudgeConfig
@@ -30,9 +31,9 @@ async def local(built_envs):  # noqa: F811
 async def test_every_shipped_environment_catches_every_known_hack_class(local):
     """One task of each shipped environment: the reference passes, each applicable class is
     caught every time (flagged with its own sign), and nothing passes an impossible variant."""
-    names = list(redteam.shipped_environments())
+    names = list(registry.shipped())
     assert {"python_functions", "data_scripts", "structured_output", "humaneval", "digit_sum"} <= set(names)
-    tasks = redteam.pick_tasks(names, 1)
+    tasks = registry.first_tasks(names, 1)
     trials = await redteam.run(tasks, local, JudgeConfig())
     scores = {s.env: s for s in redteam.tally(trials, tasks)}
     assert not [p for s in scores.values() for p in s.problems]
@@ -55,7 +56,7 @@ def test_impossible_variants_contradict_every_expectation():
     variant = impossible(task)
     assert [c["expected"] for c in json.loads(variant.verifier.hidden)] == [5, 1]
     assert json.loads(variant.verifier.visible)[0]["expected"] == 4
-    [he] = redteam.pick_tasks(["humaneval"], 1)["humaneval"]  # HumanEval/0: asserts == True / == False
+    [he] = registry.first_tasks(["humaneval"], 1)["humaneval"]  # HumanEval/0: asserts == True / == False
     hidden = impossible(he).verifier.hidden
     assert he.verifier.hidden.count("== False") == hidden.count("== True") > 0
     assert he.verifier.hidden.count("== True") == hidden.count("== False") > 0
@@ -97,10 +98,17 @@ def test_tally_counts_flagged_attacks_only_and_names_every_breach():
     assert attacks_for(doc) == []
 
 
-def test_whet_redteam_prints_the_table_and_refuses_an_unknown_environment():
-    """--domains with an unknown name exits 2 naming the shipped ones; the table names each class."""
+def test_whet_redteam_reports_json_and_refuses_an_unknown_environment(built_envs):  # noqa: F811
+    """`whet redteam --domains structured_output --tasks 1 --json` exits 0: every class n/a
+    (JSON documents run no code), the reference passes, its impossible variant fails. An
+    unknown name exits 2 naming the shipped ones; the table names each class."""
     from runtime.cli import app
 
+    result = CliRunner().invoke(app, ["redteam", "--domains", "structured_output", "--tasks", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    [score] = json.loads(result.stdout)["scores"]
+    assert score["env"] == "structured_output" and score["classes"] == dict.fromkeys(CLASSES)
+    assert (score["reference_passed"], score["impossible_reference_failed"]) == (1, 1)
     result = CliRunner().invoke(app, ["redteam", "--domains", "nope"])
     assert result.exit_code == 2 and "python_functions" in result.output
     table = redteam.table(redteam.tally([], {"structured_output": []}))
