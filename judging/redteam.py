@@ -92,7 +92,10 @@ def attempts_for(env: str, task: Task) -> list[tuple[Attempt, dict]]:
             continue
         attacks = attacks_for(t)
         if which == "impossible":
-            attacks = list({a.cls: a for a in reversed(attacks)}.values())[::-1]
+            first: dict[str, Attack] = {}
+            for a in attacks:
+                first.setdefault(a.cls, a)
+            attacks = list(first.values())
         for i, a in enumerate([reference, *attacks]):
             completion = a.code if a.cls == REFERENCE else a.completion
             aid = f"redteam.{t.task_id}.{i}"
