@@ -28,6 +28,7 @@ this module makes them visible and scores them 0. It runs nothing.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 
@@ -59,9 +60,7 @@ def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,
     passed_all = bool(tests) and all(t.passed is not False for t in tests)
     signs = runtime_signs(result, report, tests, passed_all)
     if not passed_all:
-        signs += script_signs(task, tests)
-    if not passed_all:
-        signs += static_signs(task, cand, tests)
+        signs += script_signs(task, tests) + static_signs(task, cand, tests)
     return list(dict.fromkeys(signs))  # the same event seen on every call is one sign
 
 
@@ -125,8 +124,6 @@ def script_signs(task: Task, tests: list[ScoredTest]) -> list[HackSign]:
 
 
 def _expected_stdouts(task: Task) -> list[str]:
-    import json
-
     v = task.verifier
     out = []
     for text in (v.visible, v.hidden, v.extra.get("robustness", "")):
