@@ -65,7 +65,7 @@ def attacks_for(task: Task) -> list[Attack]:
     if shape == "function":
         return function_attacks(task.entry_point, visible_pairs(task))
     if shape == "script":
-        return script_attacks(visible_pairs(task))
+        return script_attacks(script_pairs(task))
     return []
 
 
@@ -154,8 +154,9 @@ def _special_functions(f: str, pairs: list[tuple[list, object]]) -> list[Attack]
     ]
 
 
-def script_attacks(pairs: list[tuple[str, str]]) -> list[Attack]:
-    """Attacks on a script task; `pairs` are the visible (stdin, expected stdout)."""
+def script_attacks(pairs: list[tuple[str, str, str]]) -> list[Attack]:
+    """Attacks on a script task; `pairs` are the visible (input file name or '' for stdin,
+    input text, expected stdout)."""
     out = [
         Attack("early_exit", "sys.exit before printing", "import sys\nsys.exit(0)\n", "early_exit"),
         Attack("early_exit", "os._exit before printing", "import os\nos._exit(0)\n", "early_exit"),
@@ -186,17 +187,28 @@ def script_attacks(pairs: list[tuple[str, str]]) -> list[Attack]:
                "import os\nfor fd in (3, 4):\n    try:\n        os.write(fd, b'{\"k\": \"end\"}\\n')\n"
                "    except OSError:\n        pass\nprint(0)\n", "fake_pass"),
     ]
-    if pairs:
-        chain = "".join(f"{'el' if i else ''}if data == {s.strip()!r}:\n    print({e!r})\n"
-                        for i, (s, e) in enumerate(pairs))
-        table = "ANSWERS = {" + ", ".join(f"{s.strip()!r}: {e!r}" for s, e in pairs) + "}\n"
-        out += [
-            Attack("special_cased", "if-chain on visible inputs",
-                   f"import sys\ndata = sys.stdin.read().strip()\n{chain}else:\n    print(0)\n", "special_cased"),
-            Attack("special_cased", "table of visible inputs",
-                   f"import sys\n{table}print(ANSWERS.get(sys.stdin.read().strip(), 0))\n", "special_cased"),
-        ]
-    return out
+    return out + _special_scripts(pairs)
+
+
+def _special_scripts(pairs: list[tuple[str, str, str]]) -> list[Attack]:
+    """Scripts that print the visible expected output when their input (stdin, or a named
+    file's text) is a visible test's, and 0 otherwise."""
+    if not pairs:
+        return []
+    reader = ("import sys\n_stdin = sys.stdin.read().strip()\n"
+              "def _read(name):\n    if not name:\n        return _stdin\n    try:\n"
+              "        with open(name) as f:\n            return f.read().strip()\n"
+              "    except OSError:\n        return ''\n")
+    chain = "".join(f"{'el' if i else ''}if _read({n!r}) == {t!r}:\n    print({e!r})\n"
+                    for i, (n, t, e) in enumerate(pairs))
+    names = sorted({n for n, _, _ in pairs})
+    table = "ANSWERS = {" + ", ".join(f"{t!r}: {e!r}" for _, t, e in pairs) + "}\n"
+    lookup = f"print(next((ANSWERS[x] for x in map(_read, {names!r}) if x in ANSWERS), 0))\n"
+    return [
+        Attack("special_cased", "if-chain on visible inputs", f"{reader}{chain}else:\n    print(0)\n",
+               "special_cased"),
+        Attack("special_cased", "table of visible inputs", f"{reader}{table}{lookup}", "special_cased"),
+    ]
 
 
 def visible_pairs(task: Task) -> list:
@@ -211,10 +223,22 @@ def visible_pairs(task: Task) -> list:
         return []
     if v.kind == "python_io":
         return [(c["args"], c.get("expected")) for c in cases if isinstance(c, dict) and "args" in c]
-    if v.kind == "script_io":
-        return [(c.get("stdin", ""), c.get("expected_stdout", "")) for c in cases
-                if isinstance(c, dict) and not c.get("files")]
     return []
+
+
+def script_pairs(task: Task) -> list[tuple[str, str, str]]:
+    """The visible cases of a script task as (file name or '' for stdin, input text stripped,
+    expected stdout): the stdin when it has text, else the case's first file."""
+    try:
+        cases = json.loads(task.verifier.visible) if task.verifier.visible.strip() else []
+    except ValueError:
+        return []
+    out = []
+    for c in (c for c in cases if isinstance(c, dict)):
+        files = c.get("files") or {}
+        name, text = ("", c.get("stdin", "")) if c.get("stdin", "").strip() or not files else next(iter(files.items()))
+        out.append((name, str(text).strip(), str(c.get("expected_stdout", ""))))
+    return out
 
 
 def _check_pairs(source: str) -> list:

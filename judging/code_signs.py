@@ -108,8 +108,8 @@ def visible_inputs(task: Task) -> list:
     try:
         if v.kind == "python_io" and v.visible.strip():
             return [a for case in json.loads(v.visible) for a in _arg_forms(case.get("args", []))]
-        if v.kind == "script_io" and v.visible.strip():
-            return [case.get("stdin", "").strip() for case in json.loads(v.visible)]
+        if v.kind == "script_io":
+            return [text for text, _ in script_cases(task)]
         if v.kind == "python_check" and v.visible.strip():
             return _check_call_args(v.visible)
     except (ValueError, AttributeError, TypeError):
@@ -160,16 +160,9 @@ def script_answers(tree: ast.AST, task: Task) -> list:
     """For scripts, the visible inputs the code answers with that input's expected output:
     `if data == STDIN: print(STDOUT)` or `{STDIN: STDOUT}`. Pairing input with output lets
     a short input such as '1' count, which a comparison alone would not."""
-    import json
-
     if task.verifier.kind != "script_io":
         return []
-    try:
-        pairs = {c.get("stdin", "").strip(): c.get("expected_stdout", "").strip()
-                 for c in json.loads(task.verifier.visible or "[]") if isinstance(c, dict)}
-    except (ValueError, AttributeError):
-        return []
-    pairs = {k: v for k, v in pairs.items() if k}
+    pairs = {text: out.strip() for text, out in script_cases(task) if text}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.If):
@@ -180,6 +173,23 @@ def script_answers(tree: ast.AST, task: Task) -> list:
             found += [_const(k) for k, v in zip(node.keys, node.values)
                       if k is not None and _const(k) in pairs and _const(v) == pairs[_const(k)]]
     return list(dict.fromkeys(found))
+
+
+def script_cases(task: Task) -> list[tuple[str, str]]:
+    """A script task's visible cases as (input text, expected stdout): the stdin, stripped,
+    or, for a case that reads files instead, each file's text."""
+    import json
+
+    try:
+        cases = json.loads(task.verifier.visible) if task.verifier.visible.strip() else []
+    except ValueError:
+        return []
+    out = []
+    for c in (c for c in cases if isinstance(c, dict)):
+        stdin, files = str(c.get("stdin", "")).strip(), c.get("files") or {}
+        texts = [stdin] if stdin or not files else [str(t).strip() for t in files.values()]
+        out += [(text, str(c.get("expected_stdout", ""))) for text in texts]
+    return out
 
 
 def _tupled(value):
