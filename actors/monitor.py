@@ -14,7 +14,8 @@ Publishes
 - a `Trial` per verdict on `whet.v1.trials.<run>.<trial>` (msg id from the verdict id, and
   one record per subject, so a redelivered verdict is recorded once);
 - a `MetricsSnapshot` every `monitor.snapshot_s` in KV whet-run `monitor.metrics`;
-- `monitor.alert_raised` / `monitor.alert_cleared` events (see `monitoring.alerts`);
+- `monitor.alert_raised` / `monitor.alert_cleared` events (see `monitoring.alerts`), a
+  raised one with `trials`: the ids of the verdicts that drove it, for `whet trace`;
 - `GET /metrics` on `monitor.prometheus_port`.
 
 It runs as a single instance (a second one would split the verdicts between them). Its
@@ -37,7 +38,7 @@ from bus.consumer import Delivery, consume
 from bus.messages import EvalRound, Heartbeat, MetricsSnapshot, Verdict, WeightVersion
 from bus.nats_bus import Bus
 from monitoring import metrics, prometheus, trials
-from monitoring.alerts import AlertBook, HeldoutSeries, check_alerts
+from monitoring.alerts import AlertBook, HeldoutSeries, check_alerts, linked_trials
 from monitoring.config import MonitorConfig
 from monitoring.snapshot import Window, build_snapshot
 from runtime.config import RunConfig
@@ -94,17 +95,21 @@ class Monitor:
              subjects.STREAM_EXEC, subjects.STREAM_EXEC_DONE, subjects.STREAM_VERDICTS,
              subjects.STREAM_DLQ])
         rates = metrics.rates(window.current)
+        linked = linked_trials(window.current, self.cfg.alert_trials)
         for change in check_alerts(self.book, self.cfg, now, rates=rates,
                                    verdicts=len(window.current),
                                    reward_delta=window.reward_delta,
                                    rewards_counted=window.rewards_counted,
-                                   heldout_delta=self.heldout.delta(now, self.cfg.window_s)):
+                                   heldout_delta=self.heldout.delta(now, self.cfg.window_s),
+                                   trials=linked):
             emit = log.warning if change.change == "raised" else log.info
+            extra = {"trials": list(change.trials)} if change.trials else {}
             emit(f"monitor.alert_{change.change}", alert=change.name, value=change.value,
-                 window_s=self.cfg.window_s, **change.detail)
+                 window_s=self.cfg.window_s, **change.detail, **extra)
         snap = build_snapshot(window, self.cfg, now, monitor=self.bus.identity.instance,
                               outcomes_total=outcomes, beats=beats, states=states,
-                              heldout=self.heldout, alerts=sorted(self.book.active))
+                              heldout=self.heldout, alerts=sorted(self.book.active),
+                              alert_trials=linked)
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_METRICS, snap)
         self.latest = snap
         return snap

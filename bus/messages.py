@@ -824,7 +824,8 @@ class MetricsSnapshot(Message, tag="whet.metrics.v1"):
     outcomes_total: dict[str, int] = {}
     "'<purpose>.<outcome>' to count, since the monitor started."
     rates: dict[str, float] = {}
-    "execution_success_rate, timeout_rate, infra_failure_rate, pass_rate over the window."
+    """execution_success_rate, timeout_rate, infra_failure_rate, hack_rate, one
+    `hack_rate.<kind>` per hack class seen, train_pass_rate and eval_pass_rate over the window."""
     reward: RewardStats = RewardStats()
     "Rewards of the current window."
     reward_previous: RewardStats = RewardStats()
@@ -846,6 +847,10 @@ class MetricsSnapshot(Message, tag="whet.metrics.v1"):
     "Policy version that held-out pass rate belongs to."
     alerts: list[str] = []
     "Names of the alerts active now."
+    alert_trials: dict[str, list[str]] = {}
+    """Active alert name to the ids of the trials behind it in the current window
+    (`whet trace ID`): the top-reward training verdicts for reward_rising_heldout_flat, the
+    latest flagged verdicts for hack_rate and each `hack_rate.<kind>`."""
 
 
 TOP_LEVEL: tuple[type[Message], ...] = (

@@ -1,14 +1,16 @@
 """Which environments exist, and the tasks each enabled config entry yields.
 
 Consumes `[envs.use.<name>]` entries; produces `Environment`s (built-in, a user's
-`module:ATTRIBUTE`, a task file, or a verifiers taskset) and their tasks with the entry's split applied. Bad
-task-file lines come back as errors beside the tasks, never instead of them. It runs no
+`module:ATTRIBUTE`, a task file, or a verifiers taskset) and their tasks with the entry's split
+applied. Bad task-file lines come back as errors beside the tasks, never instead of them.
+`shipped` lists every environment the project ships (built-ins and examples). It runs no
 gates and samples nothing.
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from dataclasses import dataclass, field
 
 import msgspec
@@ -95,3 +97,24 @@ def entry_tasks(name: str, entry: EnvEntry, *, seed: int = 0) -> EntryTasks:
 def enabled(use: dict[str, EnvEntry]) -> dict[str, EnvEntry]:
     """The entries that are switched on."""
     return {name: entry for name, entry in use.items() if entry.enabled}
+
+
+def shipped() -> dict[str, str]:
+    """Every environment the project ships, by name, as 'module:ATTRIBUTE': the built-ins
+    and each module under `envs/examples` that declares an ENVIRONMENT."""
+    from envs import examples
+
+    out = dict(BUILTIN)
+    for info in pkgutil.iter_modules(examples.__path__):
+        env = getattr(importlib.import_module(f"envs.examples.{info.name}"), "ENVIRONMENT", None)
+        if isinstance(env, Environment):
+            out[env.name] = f"envs.examples.{info.name}:ENVIRONMENT"
+    return out
+
+
+def first_tasks(names: list[str], count: int, *, seed: int = 0) -> dict[str, list[Task]]:
+    """The first `count` tasks of each named shipped environment (generated with `seed`, or
+    the head of a fixed set), splits ignored: for checks such as `whet redteam`."""
+    targets = shipped()
+    return {name: list(generate(resolve(name, EnvEntry(target=targets[name])), count, seed=seed))
+            for name in names}

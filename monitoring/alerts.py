@@ -1,9 +1,13 @@
 """Alerts: a rate out of its band, or training reward rising while held-out pass rate is flat.
 
-Consumes rates, reward means and held-out pass rates (values, with `now` passed in);
-produces alert changes ('raised' / 'cleared') for the monitor to log as events. An alert is
-raised when its condition starts, again at most every `cooldown_s` while it lasts (or if it
-comes back sooner), and cleared once when the condition ends. No I/O.
+Consumes rates (each hack class's `hack_rate.<kind>` among them, all under one band),
+reward means, held-out pass rates and the trial ids behind each alert (values, with `now`
+passed in); produces alert changes ('raised' / 'cleared') for the monitor to log as events,
+each naming the trials that drove it (`linked_trials`: the top-reward training verdicts of
+the window for the reward alert, the latest flagged verdicts for hack rates), so
+`whet trace ID` opens them. An alert is raised when its condition starts, again at most
+every `cooldown_s` while it lasts (or if it comes back sooner), and cleared once when the
+condition ends. No I/O.
 
 Held-out pass rates come from the evaluator's typed round results (`EvalRound`, see
 `HeldoutSeries`); the reward signal is the training reward's mean over the current window
@@ -15,9 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from monitoring import metrics
 from monitoring.config import Band, MonitorConfig
 
 REWARD_VS_HELDOUT = "reward_rising_heldout_flat"
+HACK_CLASS = "hack_rate."
+"Prefix of the per-class hack rates (`hack_rate.early_exit`)."
 
 
 def outside(value: float, band: Band) -> bool:
@@ -68,6 +75,8 @@ class AlertChange:
     change: Literal["raised", "cleared"]
     value: float
     detail: dict[str, float | None]
+    trials: tuple[str, ...] = ()
+    "Ids of the trials that drove it (`whet trace ID`); none on clearing."
 
 
 @dataclass
@@ -92,20 +101,37 @@ class AlertBook:
         return "raised"
 
 
+def linked_trials(points: list[metrics.VerdictPoint], k: int) -> dict[str, list[str]]:
+    """The trial ids each alert would name, from the current window's points."""
+    out = {REWARD_VS_HELDOUT: metrics.top_reward_trials(points, k),
+           "hack_rate": metrics.hack_trials(points, None, k)}
+    for name in metrics.hack_class_rates(points):
+        out[name] = metrics.hack_trials(points, name.removeprefix(HACK_CLASS), k)
+    return {name: ids for name, ids in out.items() if ids}
+
+
 def check_alerts(book: AlertBook, cfg: MonitorConfig, now: float, *, rates: dict[str, float],
                  verdicts: int, reward_delta: float | None, rewards_counted: int,
-                 heldout_delta: float | None) -> list[AlertChange]:
+                 heldout_delta: float | None,
+                 trials: dict[str, list[str]] | None = None) -> list[AlertChange]:
     """Every alert change at `now`. Rates need `min_samples` verdicts in the window, the
-    reward signal `min_samples` rewards in each of the two windows."""
+    reward signal `min_samples` rewards in each of the two windows. A hack class that left
+    the window clears its alert. `trials` names the trials behind each alert."""
+    trials = trials or {}
     changes = []
-    for name, band in sorted(cfg.bands.items()):
+    bands = dict(cfg.bands)
+    for name in {*rates, *book.active}:
+        if name.startswith(HACK_CLASS):
+            bands[name] = cfg.hack_class_band
+    for name, band in sorted(bands.items()):
         value = rates.get(name)
         firing = value is not None and verdicts >= cfg.min_samples and outside(value, band)
         change = book.update(name, firing, now)
         if change:
             changes.append(AlertChange(name, change, value if value is not None else float("nan"),
                                        {"low": band.low, "high": band.high,
-                                        "verdicts": float(verdicts)}))
+                                        "verdicts": float(verdicts)},
+                                       _named(trials, name, change)))
     enough = rewards_counted >= cfg.min_samples
     firing = enough and reward_outpaces_heldout(reward_delta, heldout_delta, cfg.reward_rise,
                                                 cfg.heldout_flat)
@@ -114,5 +140,10 @@ def check_alerts(book: AlertBook, cfg: MonitorConfig, now: float, *, rates: dict
         changes.append(AlertChange(REWARD_VS_HELDOUT, change, reward_delta or 0.0,
                                    {"reward_delta": reward_delta, "heldout_delta": heldout_delta,
                                     "reward_rise": cfg.reward_rise,
-                                    "heldout_flat": cfg.heldout_flat}))
+                                    "heldout_flat": cfg.heldout_flat},
+                                   _named(trials, REWARD_VS_HELDOUT, change)))
     return changes
+
+
+def _named(trials: dict[str, list[str]], name: str, change: str) -> tuple[str, ...]:
+    return tuple(trials.get(name, ())) if change == "raised" else ()

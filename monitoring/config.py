@@ -44,6 +44,13 @@ class MonitorConfig(Section):
     "Version lags at or past this share the last staleness bucket."
     bands: dict[Rate, Band] = msgspec.field(default_factory=_default_bands)
     "Healthy range of each rate; leaving it raises an alert event."
+    hack_class_band: Band = msgspec.field(default_factory=lambda: Band(high=0.05))
+    ("Healthy range of each hack class's rate (`hack_rate.<kind>`, e.g. hack_rate.early_exit). "
+     "By default the band of all hacks: a class past it alone raises its own alert beside "
+     "hack_rate's, saying which trick the policy found; lower it to hear of one class sooner.")
+    alert_trials: Annotated[int, msgspec.Meta(ge=0, le=100)] = 5
+    ("Trial ids an alert names (its event, `whet status`): the top-reward training verdicts of "
+     "the window for reward_rising_heldout_flat, the latest flagged ones for hack rates.")
     min_samples: Annotated[int, msgspec.Meta(ge=1)] = 20
     "Verdicts a window needs before its rates can raise alerts."
     cooldown_s: Annotated[float, msgspec.Meta(ge=0)] = 300.0

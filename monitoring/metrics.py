@@ -9,7 +9,8 @@ Definitions (documented once, here):
   what infrastructure broke, so both say the same; either counts);
 - timeout: a cause whose last part is 'timeout' ('model.timeout');
 - execution success: neither of those: the job ran and ended on its own;
-- hack: outcome 'hack';
+- hack: outcome 'hack'; its class is the kind in the cause `hack.<kind>` (the judge names
+  the first sign it found), and `hack_rate.<kind>` is that class's share of the window;
 - pass rates count 'pass' over judged verdicts (dropped ones left out), per purpose;
 - rewards and drift use training verdicts only (the reward the learner sees);
 - version lag: the policy version current when the verdict was recorded minus the
@@ -39,6 +40,8 @@ class VerdictPoint:
     domain: str = ""
     difficulty: float = 0.0
     lag: int | None = None
+    verdict_id: str = ""
+    "The verdict's (and its trial's) id, for `whet trace`."
 
 
 def point_of(verdict: Verdict, current_version: int, now: float) -> VerdictPoint:
@@ -47,7 +50,8 @@ def point_of(verdict: Verdict, current_version: int, now: float) -> VerdictPoint
     lag = max(0, current_version - attempt.policy_version) if current_version >= 0 else None
     return VerdictPoint(at=verdict.judged_at or now, purpose=attempt.purpose,
                         outcome=verdict.outcome, cause=verdict.cause, reward=verdict.reward,
-                        domain=attempt.task.domain, difficulty=attempt.task.difficulty, lag=lag)
+                        domain=attempt.task.domain, difficulty=attempt.task.difficulty, lag=lag,
+                        verdict_id=verdict.verdict_id)
 
 
 def is_infra(p: VerdictPoint) -> bool:
@@ -82,12 +86,42 @@ def rates(points: list[VerdictPoint]) -> dict[str, float]:
         out.update(execution_success_rate=clean / n, timeout_rate=timeouts / n,
                    infra_failure_rate=infra / n,
                    hack_rate=_share(sum(p.outcome == "hack" for p in points), n))
+        out.update(hack_class_rates(points))
     for purpose in ("train", "eval"):
         judged = [p for p in points if p.purpose == purpose and p.outcome != "dropped"]
         if judged:
             out[f"{purpose}_pass_rate"] = _share(sum(p.outcome == "pass" for p in judged),
                                                  len(judged))
     return out
+
+
+def hack_class(p: VerdictPoint) -> str | None:
+    """The hack class of a flagged verdict ('early_exit' for cause 'hack.early_exit')."""
+    if p.outcome != "hack":
+        return None
+    return p.cause.split(".", 1)[1] if p.cause.startswith("hack.") else "unknown"
+
+
+def hack_class_rates(points: list[VerdictPoint]) -> dict[str, float]:
+    """`hack_rate.<kind>`: each class's share of all points, for the classes seen in them."""
+    counts = Counter(k for k in map(hack_class, points) if k is not None)
+    return {f"hack_rate.{k}": v / len(points) for k, v in sorted(counts.items())}
+
+
+def top_reward_trials(points: list[VerdictPoint], k: int) -> list[str]:
+    """Ids of the `k` training verdicts with the highest reward (latest first among equals):
+    the trials that drove a rise of the mean training reward."""
+    scored = [p for p in points if p.purpose == "train" and p.reward is not None and p.verdict_id]
+    scored.sort(key=lambda p: (-p.reward, -p.at, p.verdict_id))
+    return [p.verdict_id for p in scored[:k]]
+
+
+def hack_trials(points: list[VerdictPoint], kind: str | None, k: int) -> list[str]:
+    """Ids of the latest `k` verdicts flagged as hacks (of class `kind`, or of any with None)."""
+    hits = [p for p in points if hack_class(p) is not None and p.verdict_id
+            and (kind is None or hack_class(p) == kind)]
+    hits.sort(key=lambda p: (-p.at, p.verdict_id))
+    return [p.verdict_id for p in hits[:k]]
 
 
 def training_rewards(points: list[VerdictPoint]) -> list[float]:

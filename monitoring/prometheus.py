@@ -39,10 +39,16 @@ def snapshot_metrics(snap: MetricsSnapshot) -> Iterator[Metric]:
     window = _gauge("window_verdicts", "Verdicts in the current window.")
     window.add_metric([], snap.verdicts)
     yield window
+    classes = _gauge("hack_class_rate", "Share of the window's verdicts flagged as each hack class.",
+                     ["kind"])
     for rate, value in sorted(snap.rates.items()):
+        if rate.startswith("hack_rate."):
+            classes.add_metric([rate.removeprefix("hack_rate.")], value)
+            continue
         family = _gauge(rate, f"{rate.replace('_', ' ')} over the current window.")
         family.add_metric([], value)
         yield family
+    yield classes
     reward = _gauge("reward", "Training reward summary per window.", ["window", "stat"])
     _reward(reward, "current", snap.reward)
     _reward(reward, "previous", snap.reward_previous)

@@ -63,8 +63,8 @@ class Window:
 
 def build_snapshot(window: Window, cfg: MonitorConfig, now: float, *, monitor: str,
                    outcomes_total: dict[str, int], beats: list[Heartbeat],
-                   states: list[StreamState], heldout: HeldoutSeries,
-                   alerts: list[str]) -> MetricsSnapshot:
+                   states: list[StreamState], heldout: HeldoutSeries, alerts: list[str],
+                   alert_trials: dict[str, list[str]] | None = None) -> MetricsSnapshot:
     previous, current = window.previous, window.current
     latest = heldout.latest()
     return MetricsSnapshot(
@@ -80,4 +80,5 @@ def build_snapshot(window: Window, cfg: MonitorConfig, now: float, *, monitor: s
         queues=queue_depths(states), throughput=throughput(beats, now),
         heldout_pass_rate=latest[1] if latest else None,
         heldout_version=latest[0] if latest else -1,
-        alerts=sorted(alerts))
+        alerts=sorted(alerts),
+        alert_trials={name: ids for name, ids in sorted((alert_trials or {}).items()) if name in alerts})

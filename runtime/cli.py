@@ -3,7 +3,7 @@
 Consumes command-line arguments, config files and a run directory (or `--url` /
 `WHET_NATS_URL`); produces a running stack, KV scale targets, and text or JSON on stdout.
 Errors from bad input exit with status 2 and one line naming what was wrong and where.
-Domain commands (exec, judge, tasks, trace, export, review) register themselves from their own
+Domain commands (exec, judge, redteam, tasks, trace, export, review) register themselves from their own
 modules through `COMMAND_MODULES`.
 """
 
@@ -37,8 +37,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="whetstone: RL post-training on verifiable tasks, as actors on NATS.")
 
 COMMAND_MODULES: list[str] = ["runtime.cli_auth", "runtime.cli_trace", "runtime.cli_exec",
-                             "runtime.cli_judge", "runtime.cli_tasks", "runtime.cli_compose",
-                             "runtime.cli_review"]
+                             "runtime.cli_judge", "runtime.cli_redteam", "runtime.cli_tasks",
+                             "runtime.cli_compose", "runtime.cli_review"]
 "Modules with a `register(app)` function that adds their commands."
 
 RunOpt = Annotated[Optional[str], typer.Option("--run", help="Run id or path (default: runs/latest).")]

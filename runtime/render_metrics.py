@@ -6,6 +6,7 @@ Consumes a `MetricsSnapshot`; produces rich tables on the console. No I/O beyond
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from bus.messages import MetricsSnapshot, RewardStats
@@ -31,6 +32,10 @@ def render_metrics(snap: MetricsSnapshot, console: Console, *, now: float) -> No
     for name in ("execution_success_rate", "timeout_rate", "infra_failure_rate", "hack_rate",
                  "train_pass_rate", "eval_pass_rate"):
         health.add_row(name.replace("_", " "), _pct(snap.rates.get(name)))
+        if name == "hack_rate":
+            for rate, value in sorted(snap.rates.items()):
+                if rate.startswith("hack_rate."):
+                    health.add_row(f"  hack: {rate.removeprefix('hack_rate.')}", _pct(value))
     health.add_row("held-out pass rate",
                    _pct(snap.heldout_pass_rate) + (f" (policy v{snap.heldout_version})"
                                                    if snap.heldout_pass_rate is not None else ""))
@@ -43,6 +48,8 @@ def render_metrics(snap: MetricsSnapshot, console: Console, *, now: float) -> No
     for name, value in sorted(snap.throughput.items()):
         health.add_row(name.replace("_", " "), f"{value:.3g}")
     health.add_row("alerts", "[bold red]" + ", ".join(snap.alerts) + "[/]" if snap.alerts else "none")
+    for name, ids in sorted(snap.alert_trials.items()):
+        health.add_row(f"  {escape(name)}", "trials " + escape(", ".join(ids)) + "  (whet trace ID)")
     console.print(health)
     if snap.pass_rates:
         cells = Table(title="pass rate by domain and difficulty", title_justify="left")

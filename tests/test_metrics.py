@@ -144,12 +144,14 @@ def test_check_alerts_needs_enough_samples():
 
 
 def test_hack_rate_has_a_default_band():
-    """With the default bands, 2 hacks in 20 verdicts (10%) raise `hack_rate`; 1 (5%) does not."""
+    """With the default bands, 2 hacks in 20 verdicts (10%) raise `hack_rate` and, all being
+    early exits, `hack_rate.early_exit` too; 1 (5%) raises neither."""
     hacks = [P(0, "train", "hack", "hack.early_exit", reward=-1.0)] * 2
     honest = [P(0, "train", "fail", "model.wrong_answer", reward=0.0)] * 18
     cfg = MonitorConfig()
     assert cfg.bands["hack_rate"].high == 0.05
-    for points, raised in ((hacks[:1] + honest + honest[:1], []), (hacks + honest, ["hack_rate"])):
+    for points, raised in ((hacks[:1] + honest + honest[:1], []),
+                           (hacks + honest, ["hack_rate", "hack_rate.early_exit"])):
         rates = metrics.rates(points)
         changes = check_alerts(AlertBook(cfg.cooldown_s), cfg, 0.0, rates=rates,
                                verdicts=len(points), reward_delta=None, rewards_counted=0,

@@ -196,7 +196,7 @@ async def test_metrics_from_verdicts_reach_status_prometheus_and_alerts(bus, mak
 async def test_reward_rising_while_heldout_flat_raises_an_alert(bus, make_stack):
     """Training reward up a window on the one before while the evaluator's held-out pass rate
     (its typed round results in KV; an incomplete round left out) did not move: one
-    `reward_rising_heldout_flat` alert."""
+    `reward_rising_heldout_flat` alert, naming the top-reward trials that `whet trace` opens."""
     stack = make_stack(monitor_config(0, window_s=20.0))
     stack.start()
     now = time.time()
@@ -222,6 +222,14 @@ async def test_reward_rising_while_heldout_flat_raises_an_alert(bus, make_stack)
     (alert,) = await wait_for(raised, 10, "alert event")
     assert alert["fields"]["alert"] == "reward_rising_heldout_flat"
     assert alert["fields"]["heldout_delta"] == 0.0 and alert["fields"]["reward_delta"] == 1.0
+    # It names the trials that drove it: the five top-reward verdicts of the window (all 1.0
+    # at the same time, so in id order), each one `whet trace` opens.
+    top = ["g10.0", "g11.0", "g6.0", "g7.0", "g8.0"]
+    assert alert["fields"]["trials"] == top
+    assert json.loads(stack.whet("status", "--json").stdout)["metrics"]["alert_trials"] == {
+        "reward_rising_heldout_flat": top}
+    trace = stack.whet("trace", "g10.0", "--json")
+    assert trace.returncode == 0 and json.loads(trace.stdout)["trial_id"] == "g10.0", trace.stderr
 
     # `whet status` shows the round the evaluator's state names as its newest.
     await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,

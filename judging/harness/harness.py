@@ -150,6 +150,8 @@ class Session:
             return out
         if "exit" in d:
             out.update(status="exit", exit_code=d["exit"], detail=f"SystemExit({d['exit']})")
+            if d.get("finished"):
+                out.update(finished=True, detail="ran to its end")
         elif "unencodable" in d:
             out.update(status="unencodable", detail=f"returned {d['unencodable']}",
                        eq_override=bool(d.get("eq_override")))
@@ -270,6 +272,8 @@ class Session:
         ch.close()
         if outcome["status"] == "exit":
             outcome["status"] = "ok"  # a script may end with sys.exit(); its output is judged
+            if not outcome.pop("finished", False):
+                outcome["exited_early"] = True  # sys.exit or os._exit before the script's end
         outcome.update(stdout=out, stderr_tail=err[-1000:], truncated=truncated)
         if who == "candidate":
             self.hash.update(f"{outcome['status']}|{out}\n".encode())

@@ -212,7 +212,7 @@ class Worker:
         _remember_source(sys.argv[0], req["source"])
         namespace = {"__name__": "__main__", "__builtins__": builtins}
         exec(compile(req["source"], sys.argv[0], "exec"), namespace)
-        return {"exit": 0}
+        return {"exit": 0, "finished": True}  # ran to its end (a SystemExit answers without this)
 
 
 def _error(exc: BaseException) -> dict:
