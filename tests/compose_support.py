@@ -4,7 +4,8 @@ Consumes docker-compose.yml, a Docker-API engine (`sandbox.engine`: DOCKER_HOST 
 private dockerd) and the images `deploy.images` builds; produces a project with its own
 name, secrets folder (role passwords and the NATS users block) and free host ports, runs
 `docker compose ...` commands the way a user types them, reads container health from the
-engine, and builds the attempts the test and bench inject (a `python_io` task whose
+engine, makes a second project of workers only (docker-compose.workers.yml) that joins
+the first through its published NATS port, and builds the attempts the test and bench inject (a `python_io` task whose
 program sleeps, so executor capacity is what limits throughput).
 """
 
@@ -51,10 +52,26 @@ def compose_missing() -> str:
     return ""
 
 
-def build_images(timeout_s: float = 1800.0) -> subprocess.CompletedProcess:
-    """`python -m deploy.images`: every image, built offline or found by content hash."""
-    return subprocess.run([sys.executable, "-m", "deploy.images"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def build_images(timeout_s: float = 1800.0, names: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`python -m deploy.images [NAMES]`: the images (default: all), built offline or found
+    by content hash."""
+    return subprocess.run([sys.executable, "-m", "deploy.images", *names], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout_s,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def pin_images(build_output: str, tag: str, env: dict[str, str]) -> list[str]:
+    """Tag the images `build_images` reported with `tag` as well, for WHET_IMAGE_TAG: a
+    project then runs these builds even when another checkout on the same engine moves
+    `:latest` to its own. The refs made (remove them with `docker rmi`)."""
+    made = []
+    for line in build_output.splitlines():
+        if line.startswith("image "):
+            ref = line.split()[1]
+            pinned = f"{ref.rsplit(':', 1)[0]}:{tag}"
+            subprocess.run(["docker", "tag", ref, pinned], env=env, check=True, timeout=60)
+            made.append(pinned)
+    return made
 
 
 def free_port() -> int:
@@ -117,6 +134,17 @@ class Project:
                     return time.monotonic() - started
                 await anyio.sleep(1.0)
 
+    async def wait_completed(self, service: str, timeout_s: float) -> None:
+        """Wait until the one-shot `service` (setup) has exited 0; its logs if it failed."""
+        with anyio.fail_after(timeout_s):
+            while True:
+                states = [c["State"] for c in await self.containers(service)]
+                if states and all(s["Status"] == "exited" for s in states):
+                    logs = await self.compose("logs", "--no-color", service, check=False)
+                    assert all(s["ExitCode"] == 0 for s in states), logs[-3000:]
+                    return
+                await anyio.sleep(0.5)
+
     async def bus(self) -> Bus:
         """A bus client logged in as admin through the published NATS port."""
         settings = BusSettings(url=f"nats://127.0.0.1:{self.nats_port}", user=auth.ADMIN,
@@ -125,6 +153,19 @@ class Project:
                                publish_deadline_s=60.0)
         return await Bus.connect(settings, local_identity("test"))
 
+    def worker_host(self, folder: Path, roles: str = "executor,judge") -> "Project":
+        """A second project of docker-compose.workers.yml (its own name and network) that
+        reaches this one's NATS only at this host's outside address, logged in with what
+        `whet auth export-worker` copies to `folder`. This project must publish NATS beyond
+        127.0.0.1 (WHET_NATS_BIND)."""
+        out = self.whet("auth", "export-worker", str(self.secrets), str(folder), "--roles", roles)
+        assert out.returncode == 0, out.stderr
+        name = f"{self.name}w{secrets.token_hex(2)}"
+        env = {**self.env, "COMPOSE_PROJECT_NAME": name, "COMPOSE_FILE": WORKERS_FILE,
+               "WHET_SECRETS_DIR": str(folder),
+               "WHET_NATS_URL": f"nats://{host_address()}:{self.nats_port}"}
+        return Project(name, env, folder, self.nats_port)
+
     def whet(self, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
         """`whet ARGS` on the host against the stack, logged in as admin from the secrets."""
         env = {**os.environ, "PYTHONPATH": str(ROOT), "WHET_NATS_USER": auth.ADMIN,
@@ -132,6 +173,22 @@ class Project:
                "WHET_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
         return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout_s)
+
+
+WORKERS_FILE = "docker-compose.workers.yml"
+
+
+def host_address() -> str:
+    """This host's address on its default route (what another host would dial); no packet
+    is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("198.51.100.1", 9))  # TEST-NET-2: any routed address
+        return s.getsockname()[0]
+
+
+def networks(containers: list[dict]) -> set[str]:
+    """Names of the networks `containers` are attached to."""
+    return {n for c in containers for n in c["NetworkSettings"]["Networks"]}
 
 
 def _health(container: dict) -> str:
