@@ -10,6 +10,7 @@ Same engine, images and skips as test_compose.py (the images are found by conten
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -64,18 +65,22 @@ async def test_a_worker_host_joins_takes_work_and_leaves_losing_nothing(hosts):
         assert sorted(c["Config"]["Labels"]["com.docker.compose.service"] for c in there) == WORKERS
         assert cs.networks(there).isdisjoint(cs.networks(await first.containers()))
         assert not _resolves(there[0]["Id"], "nats", worker.env)  # no way in but the port
-        remote = {f"executor-{c['Config']['Hostname']}" for c in there}
+        remote = {_instance(c) for c in there}  # executor-<hostname>, judge-<hostname>
         found = await _wait_first_verdict(bus, remote, timeout_s=120)
         took_s = min(v.judged_at for v in found) - up_at
         began_s = min(v.judged_at - v.attempt.turns[-1].execution.wall_s for v in found) - up_at
         print(f"worker host: first job began {began_s:.1f} s, first verdict {took_s:.1f} s after up")
         assert took_s < 60, took_s
+        status = first.whet("status", "--json")
+        assert status.returncode == 0, status.stderr
+        listed = {a["instance"] for a in json.loads(status.stdout)["actors"] if a["state"] == "ready"}
+        assert remote <= listed, (remote, listed)
         await worker.compose("down", timeout_s=180)
         assert await worker.containers() == []
         left = 16 - len(await cs.verdicts(bus, "w"))
         assert left > 0  # so work was in flight or queued when the worker host left
         await first.compose("up", "-d", *WORKERS, timeout_s=300)
-        local = {f"executor-{c['Config']['Hostname']}" for c in await first.containers("executor")}
+        local = {_instance(c) for c in await first.containers("executor")}
         done = await cs.wait_verdicts(bus, "w", 16, timeout_s=180)
     finally:
         await bus.close()
@@ -94,6 +99,11 @@ async def _wait_first_verdict(bus, executors: set[str], timeout_s: float) -> lis
             return found
         assert time.monotonic() < deadline, "the worker host judged nothing"
         await cs.anyio.sleep(0.5)
+
+
+def _instance(container: dict) -> str:
+    """The actor instance name a compose container runs as (`whet actor`'s default)."""
+    return f"{container['Config']['Labels']['com.docker.compose.service']}-{container['Config']['Hostname']}"
 
 
 def _resolves(container: str, name: str, env: dict[str, str]) -> bool:
