@@ -27,7 +27,7 @@ import anyio
 from bus import subjects
 from bus.messages import Attempt, Heartbeat, Verdict
 from bus.nats_bus import Bus, BusSettings, local_identity
-from runtime import auth, credentials
+from runtime import auth, certs, credentials
 from sandbox import engine
 from tests.judging_support import attempt, io_task
 
@@ -88,21 +88,35 @@ class Project:
     nats_port: int
     images: dict[str, str] = field(default_factory=dict)
     "Image refs the project runs, and how `deploy.images` made them."
+    tls: bool = False
+    "NATS requires TLS and client certificates (docker-compose.tls.yml)."
 
     @classmethod
-    def create(cls, folder: Path) -> "Project":
-        """A fresh project name, password files and NATS users block, free host ports."""
+    def create(cls, folder: Path, tls: bool = False) -> "Project":
+        """A fresh project name, password files and NATS users block, free host ports; with
+        `tls`, certificates (the server's also for this host's outside address) and the
+        TLS override."""
         folder.mkdir(parents=True, exist_ok=True)
         passwords = credentials.ensure_passwords(folder)
+        text = auth.server_config(auth.AuthConfig(), passwords)
+        if tls:
+            certs.ensure(credentials.tls_dir(folder), [host_address()])
+            text += credentials.server_tls_block(Path("/etc/nats/tls"))
         fd = os.open(folder / "nats-auth.conf", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(auth.server_config(auth.AuthConfig(), passwords))
+            f.write(text)
         port = free_port()
         name = f"whettest{secrets.token_hex(3)}"
         env = {**os.environ, "DOCKER_HOST": engine.engine_url(), "COMPOSE_PROJECT_NAME": name,
                "WHET_SECRETS_DIR": str(folder), "WHET_NATS_PORT": str(port),
                "WHET_METRICS_PORT": str(free_port())}
-        return cls(name, env, folder, port)
+        if tls:
+            env["COMPOSE_FILE"] = "docker-compose.yml:docker-compose.tls.yml"
+        return cls(name, env, folder, port, tls=tls)
+
+    def admin_tls(self) -> dict[str, str]:
+        """The CA, certificate and key admin presents (none without TLS)."""
+        return credentials.role_tls(self.secrets, auth.ADMIN) if self.tls else {}
 
     async def compose(self, *args: str, timeout_s: float = 300.0, check: bool = True) -> str:
         """Run `docker compose ARGS` in the repository; its output (stderr included)."""
@@ -147,8 +161,12 @@ class Project:
 
     async def bus(self) -> Bus:
         """A bus client logged in as admin through the published NATS port."""
+        files = self.admin_tls()
         settings = BusSettings(url=f"nats://127.0.0.1:{self.nats_port}", user=auth.ADMIN,
                                password=(self.secrets / auth.ADMIN).read_text().strip(),
+                               tls_ca_file=files.get("WHET_NATS_CA", ""),
+                               tls_cert_file=files.get("WHET_NATS_CERT", ""),
+                               tls_key_file=files.get("WHET_NATS_KEY", ""),
                                connect_timeout_s=10.0, request_timeout_s=5.0,
                                publish_deadline_s=60.0)
         return await Bus.connect(settings, local_identity("test"))
@@ -161,21 +179,23 @@ class Project:
         out = self.whet("auth", "export-worker", str(self.secrets), str(folder), "--roles", roles)
         assert out.returncode == 0, out.stderr
         name = f"{self.name}w{secrets.token_hex(2)}"
-        env = {**self.env, "COMPOSE_PROJECT_NAME": name, "COMPOSE_FILE": WORKERS_FILE,
+        files = [WORKERS_FILE, WORKERS_TLS_FILE] if self.tls else [WORKERS_FILE]
+        env = {**self.env, "COMPOSE_PROJECT_NAME": name, "COMPOSE_FILE": ":".join(files),
                "WHET_SECRETS_DIR": str(folder),
                "WHET_NATS_URL": f"nats://{host_address()}:{self.nats_port}"}
-        return Project(name, env, folder, self.nats_port)
+        return Project(name, env, folder, self.nats_port, tls=self.tls)
 
     def whet(self, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
         """`whet ARGS` on the host against the stack, logged in as admin from the secrets."""
         env = {**os.environ, "PYTHONPATH": str(ROOT), "WHET_NATS_USER": auth.ADMIN,
                "WHET_NATS_PASSWORD_FILE": str(self.secrets / auth.ADMIN),
-               "WHET_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
+               "WHET_NATS_URL": f"nats://127.0.0.1:{self.nats_port}", **self.admin_tls()}
         return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout_s)
 
 
 WORKERS_FILE = "docker-compose.workers.yml"
+WORKERS_TLS_FILE = "docker-compose.workers.tls.yml"
 
 
 def host_address() -> str:

@@ -1,8 +1,9 @@
 """Workers on another host, as compose users run them: a first project (NATS and setup
-only, published beyond 127.0.0.1) and a second project of docker-compose.workers.yml (one
-executor, one judge) on its own network, logged in with what `whet auth export-worker`
-copies, reaching the first only through the published NATS port at this host's outside
-address. The worker host takes work within seconds of `up`, leaves (`down`) with work in
+only, published beyond 127.0.0.1, TLS with client certificates) and a second project of
+docker-compose.workers.yml and its TLS override (one executor, one judge) on its own
+network, logged in with what `whet auth export-worker` copies, reaching the first only
+through the published NATS port at this host's outside address (which the server
+certificate names). The worker host takes work within seconds of `up`, leaves (`down`) with work in
 flight, and the first host finishes the rest: every attempt gets exactly one verdict.
 
 Same engine, images and skips as test_compose.py (the images are found by content hash).
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 
@@ -37,7 +39,7 @@ def hosts(tmp_path):
     assert not missing, missing
     built = cs.build_images(names=("nats", "slim"))  # no ml image: no generator here
     assert built.returncode == 0, built.stdout + built.stderr
-    first = cs.Project.create(tmp_path / "secrets")
+    first = cs.Project.create(tmp_path / "secrets", tls=True)
     pinned = cs.pin_images(built.stdout, first.name, first.env)
     first.env.update(WHET_NATS_BIND="0.0.0.0", WHET_IMAGE_TAG=first.name)
     worker = first.worker_host(tmp_path / "worker-secrets")
@@ -56,7 +58,12 @@ async def test_a_worker_host_joins_takes_work_and_leaves_losing_nothing(hosts):
     first, worker = hosts
     await first.compose("up", "-d", "nats", "setup", timeout_s=300)
     await first.wait_completed("setup", timeout_s=120)
-    assert sorted(os.listdir(worker.secrets)) == WORKERS  # no admin: it cannot run setup
+    info = _server_info(cs.host_address(), first.nats_port)
+    assert info["tls_required"] and info["tls_verify"], info  # the port workers dial
+    # No admin (it cannot run setup or whet status), no CA key, no server files.
+    assert sorted(os.listdir(worker.secrets)) == [*WORKERS, "tls"]
+    assert sorted(os.listdir(worker.secrets / "tls")) == sorted(
+        ["ca.pem", *(f"{r}{s}.pem" for r in WORKERS for s in ("", "-key"))])
     bus = await first.bus()
     try:
         await cs.publish(bus, cs.sleepy_attempts("w", 16, sleep_s=2.5))  # 20 s of work here
@@ -100,6 +107,14 @@ async def _wait_first_verdict(bus, executors: set[str], timeout_s: float) -> lis
             return found
         assert time.monotonic() < deadline, "the worker host judged nothing"
         await cs.anyio.sleep(0.5)
+
+
+def _server_info(host: str, port: int) -> dict:
+    """The INFO a NATS server sends first on a new connection."""
+    with socket.create_connection((host, port), timeout=10) as s:
+        line = s.makefile("rb").readline()
+    assert line.startswith(b"INFO "), line
+    return json.loads(line[5:])
 
 
 def _instance(container: dict) -> str:
