@@ -92,6 +92,9 @@ def export_worker(folder: Path, out: Path, roles: list[str]) -> list[Path]:
         allowed = ", ".join(r for r in auth.roles() if r != auth.ADMIN)
         raise RunError(f"roles {', '.join(bad) or '(none)'}: a worker host may get only "
                        f"these roles: {allowed}")
+    if out.resolve() == folder.resolve():
+        raise RunError(f"{out}: the export must go to another folder than the secrets it "
+                       "copies from")
     wanted = {out / r: folder / r for r in roles}
     tls = tls_dir(folder)
     if certs.cert_path(tls, certs.CA).is_file():

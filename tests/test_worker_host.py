@@ -84,6 +84,14 @@ def test_export_refuses_admin_and_unknown_roles(secrets, tmp_path, roles, messag
     assert not (tmp_path / "w").exists()
 
 
+def test_export_into_the_secrets_folder_itself_is_refused(secrets):
+    """Exporting onto the source folder would truncate its files: refused, files intact."""
+    before = (secrets / "executor").read_bytes()
+    with pytest.raises(credentials.RunError, match="another folder"):
+        credentials.export_worker(secrets, secrets / ".." / secrets.name, ["executor"])
+    assert (secrets / "executor").read_bytes() == before
+
+
 def test_export_names_a_missing_file(secrets, tmp_path):
     """A missing certificate is named with the command that makes it; nothing is written."""
     partial = tmp_path / "s"
