@@ -156,15 +156,22 @@ async def build(docker: aiodocker.Docker, image: Image) -> tuple[str, bool, floa
 
 async def forget_older(docker: aiodocker.Docker, repo: str, keep: str) -> None:
     """Untag earlier builds of `repo` (each source change makes one); images a container
-    still uses stay. The untagged build stages stay too: they are the layer cache."""
+    still uses stay, and so do tags that are not content hashes (a test's or a user's own
+    pin). The untagged build stages stay too: they are the layer cache."""
     for found in await docker.images.list(filters={"reference": [repo]}):
         for tag in found.get("RepoTags") or []:
-            if tag not in (keep, f"{repo}:latest"):
+            if tag not in (keep, f"{repo}:latest") and _is_hash_tag(tag):
                 try:
                     await docker.images.delete(tag)
                 except aiodocker.DockerError as exc:
                     if exc.status not in (404, 409):
                         raise
+
+
+def _is_hash_tag(ref: str) -> bool:
+    """True for `repo:<content hash>`, the tags `build` makes."""
+    tag = ref.rsplit(":", 1)[-1]
+    return len(tag) == 16 and all(c in "0123456789abcdef" for c in tag)
 
 
 async def _build(docker: aiodocker.Docker, image: Image, ref: str, args: dict[str, str]) -> None:

@@ -6,6 +6,9 @@ and per-role client certificates (`<secrets>/tls`), and the permission table as 
 Passwords are never printed: `server-config` either refers to environment variables or,
 given a secrets folder, writes them into a file readable by its owner only.
 
+For a host that runs only workers: `whet auth export-worker ./secrets ./worker-secrets`
+(docs/multi-host.md).
+
 Typical compose set-up:
 
     whet auth passwords ./secrets                       # one file per role, mode 0600
@@ -75,6 +78,20 @@ def register(app: typer.Typer) -> None:
         for made in certs.ensure(credentials.tls_dir(folder), host or [], renew=renew, days=days):
             late = " EXPIRED: remake with --renew" if made.expires <= now else ""
             typer.echo(f"{made.path} ({made.state}, expires {made.expires:%Y-%m-%d}){late}")
+
+    @group.command("export-worker")
+    @friendly
+    def export_worker(
+        folder: Annotated[Path, typer.Argument(help="The first host's secrets folder.")],
+        out: Annotated[Path, typer.Argument(help="Folder to copy to the worker host.")],
+        roles: Annotated[str, typer.Option(
+            help="Comma-separated roles the worker host runs.")] = ",".join(credentials.WORKER_ROLES),
+    ) -> None:
+        """What a host running only workers needs (docs/multi-host.md): those roles'
+        passwords, and with TLS the CA's certificate and their certificates and keys."""
+        chosen = [r.strip() for r in roles.split(",") if r.strip()]
+        for path in credentials.export_worker(folder, out, chosen):
+            typer.echo(str(path))
 
     @group.command("server-config")
     @friendly

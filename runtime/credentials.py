@@ -7,7 +7,8 @@ a supervised actor gets (`WHET_NATS_USER`, `WHET_NATS_PASSWORD_FILE`, `WHET_NATS
 with `[auth] tls` its role's `WHET_NATS_CERT` and `WHET_NATS_KEY` from `<secrets>/tls`),
 and bus settings for the stack and the CLI logged in as `admin`. Passwords and keys travel
 as file paths, not values, so they show up in no process listing. It decides no
-permissions (`runtime.auth` does) and makes no certificates (`runtime.certs` does).
+permissions (`runtime.auth` does) and makes no certificates (`runtime.certs` does). For a
+host that runs only workers it copies those roles' files, and nothing else, to a folder.
 """
 
 from __future__ import annotations
@@ -75,6 +76,42 @@ def read_passwords(folder: Path) -> dict[str, str]:
         raise RunError(f"{folder}: no password file for role(s) {', '.join(missing)}; create "
                        f"them with 'whet auth passwords {folder}'")
     return {role: (folder / role).read_text().strip() for role in auth.roles()}
+
+
+WORKER_ROLES = ("generator", "executor", "judge")
+"The roles a worker host runs (docker-compose.workers.yml)."
+
+
+def export_worker(folder: Path, out: Path, roles: list[str]) -> list[Path]:
+    """Copy what a host running only `roles` needs from the secrets `folder` into `out`
+    (0700, files 0600): their password files and, where `folder` has TLS files, the CA's
+    certificate and their certificates and keys. Never admin, the CA's key, the server's
+    files or the NATS users block. RunError names a bad role or a missing file first."""
+    bad = [r for r in roles if r not in auth.roles() or r == auth.ADMIN]
+    if bad or not roles:
+        allowed = ", ".join(r for r in auth.roles() if r != auth.ADMIN)
+        raise RunError(f"roles {', '.join(bad) or '(none)'}: a worker host may get only "
+                       f"these roles: {allowed}")
+    if out.resolve() == folder.resolve():
+        raise RunError(f"{out}: the export must go to another folder than the secrets it "
+                       "copies from")
+    wanted = {out / r: folder / r for r in roles}
+    tls = tls_dir(folder)
+    if certs.cert_path(tls, certs.CA).is_file():
+        names = [(certs.cert_path, certs.CA)] + [(f, r) for r in roles
+                                                for f in (certs.cert_path, certs.key_path)]
+        wanted.update({f(tls_dir(out), n): f(tls, n) for f, n in names})
+    lacking = [str(src) for src in wanted.values() if not src.is_file()]
+    if lacking:
+        raise RunError(f"no {', '.join(lacking)}; make them with 'whet auth passwords "
+                       f"{folder}' (and 'whet auth certs {folder}' for TLS)")
+    for dest, src in wanted.items():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.parent.chmod(0o700)
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(src.read_bytes())
+    return list(wanted)
 
 
 def embedded_server_config(cfg: RunConfig, folder: Path | None) -> str:

@@ -4,7 +4,8 @@ Consumes docker-compose.yml, a Docker-API engine (`sandbox.engine`: DOCKER_HOST 
 private dockerd) and the images `deploy.images` builds; produces a project with its own
 name, secrets folder (role passwords and the NATS users block) and free host ports, runs
 `docker compose ...` commands the way a user types them, reads container health from the
-engine, and builds the attempts the test and bench inject (a `python_io` task whose
+engine, makes a second project of workers only (docker-compose.workers.yml) that joins
+the first through its published NATS port, and builds the attempts the test and bench inject (a `python_io` task whose
 program sleeps, so executor capacity is what limits throughput).
 """
 
@@ -26,7 +27,7 @@ import anyio
 from bus import subjects
 from bus.messages import Attempt, Heartbeat, Verdict
 from bus.nats_bus import Bus, BusSettings, local_identity
-from runtime import auth, credentials
+from runtime import auth, certs, credentials
 from sandbox import engine
 from tests.judging_support import attempt, io_task
 
@@ -51,10 +52,26 @@ def compose_missing() -> str:
     return ""
 
 
-def build_images(timeout_s: float = 1800.0) -> subprocess.CompletedProcess:
-    """`python -m deploy.images`: every image, built offline or found by content hash."""
-    return subprocess.run([sys.executable, "-m", "deploy.images"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout_s, env={**os.environ, "PYTHONPATH": str(ROOT)})
+def build_images(timeout_s: float = 1800.0, names: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    """`python -m deploy.images [NAMES]`: the images (default: all), built offline or found
+    by content hash."""
+    return subprocess.run([sys.executable, "-m", "deploy.images", *names], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout_s,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def pin_images(build_output: str, tag: str, env: dict[str, str]) -> list[str]:
+    """Tag the images `build_images` reported with `tag` as well, for WHET_IMAGE_TAG: a
+    project then runs these builds even when another checkout on the same engine moves
+    `:latest` to its own. The refs made (remove them with `docker rmi`)."""
+    made = []
+    for line in build_output.splitlines():
+        if line.startswith("image "):
+            ref = line.split()[1]
+            pinned = f"{ref.rsplit(':', 1)[0]}:{tag}"
+            subprocess.run(["docker", "tag", ref, pinned], env=env, check=True, timeout=60)
+            made.append(pinned)
+    return made
 
 
 def free_port() -> int:
@@ -71,21 +88,35 @@ class Project:
     nats_port: int
     images: dict[str, str] = field(default_factory=dict)
     "Image refs the project runs, and how `deploy.images` made them."
+    tls: bool = False
+    "NATS requires TLS and client certificates (docker-compose.tls.yml)."
 
     @classmethod
-    def create(cls, folder: Path) -> "Project":
-        """A fresh project name, password files and NATS users block, free host ports."""
+    def create(cls, folder: Path, tls: bool = False) -> "Project":
+        """A fresh project name, password files and NATS users block, free host ports; with
+        `tls`, certificates (the server's also for this host's outside address) and the
+        TLS override."""
         folder.mkdir(parents=True, exist_ok=True)
         passwords = credentials.ensure_passwords(folder)
+        text = auth.server_config(auth.AuthConfig(), passwords)
+        if tls:
+            certs.ensure(credentials.tls_dir(folder), [host_address()])
+            text += credentials.server_tls_block(Path("/etc/nats/tls"))
         fd = os.open(folder / "nats-auth.conf", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            f.write(auth.server_config(auth.AuthConfig(), passwords))
+            f.write(text)
         port = free_port()
         name = f"whettest{secrets.token_hex(3)}"
         env = {**os.environ, "DOCKER_HOST": engine.engine_url(), "COMPOSE_PROJECT_NAME": name,
                "WHET_SECRETS_DIR": str(folder), "WHET_NATS_PORT": str(port),
                "WHET_METRICS_PORT": str(free_port())}
-        return cls(name, env, folder, port)
+        if tls:
+            env["COMPOSE_FILE"] = "docker-compose.yml:docker-compose.tls.yml"
+        return cls(name, env, folder, port, tls=tls)
+
+    def admin_tls(self) -> dict[str, str]:
+        """The CA, certificate and key admin presents (none without TLS)."""
+        return credentials.role_tls(self.secrets, auth.ADMIN) if self.tls else {}
 
     async def compose(self, *args: str, timeout_s: float = 300.0, check: bool = True) -> str:
         """Run `docker compose ARGS` in the repository; its output (stderr included)."""
@@ -117,21 +148,67 @@ class Project:
                     return time.monotonic() - started
                 await anyio.sleep(1.0)
 
+    async def wait_completed(self, service: str, timeout_s: float) -> None:
+        """Wait until the one-shot `service` (setup) has exited 0; its logs if it failed."""
+        with anyio.fail_after(timeout_s):
+            while True:
+                states = [c["State"] for c in await self.containers(service)]
+                if states and all(s["Status"] == "exited" for s in states):
+                    logs = await self.compose("logs", "--no-color", service, check=False)
+                    assert all(s["ExitCode"] == 0 for s in states), logs[-3000:]
+                    return
+                await anyio.sleep(0.5)
+
     async def bus(self) -> Bus:
         """A bus client logged in as admin through the published NATS port."""
+        files = self.admin_tls()
         settings = BusSettings(url=f"nats://127.0.0.1:{self.nats_port}", user=auth.ADMIN,
                                password=(self.secrets / auth.ADMIN).read_text().strip(),
+                               tls_ca_file=files.get("WHET_NATS_CA", ""),
+                               tls_cert_file=files.get("WHET_NATS_CERT", ""),
+                               tls_key_file=files.get("WHET_NATS_KEY", ""),
                                connect_timeout_s=10.0, request_timeout_s=5.0,
                                publish_deadline_s=60.0)
         return await Bus.connect(settings, local_identity("test"))
+
+    def worker_host(self, folder: Path, roles: str = "executor,judge") -> "Project":
+        """A second project of docker-compose.workers.yml (its own name and network) that
+        reaches this one's NATS only at this host's outside address, logged in with what
+        `whet auth export-worker` copies to `folder`. This project must publish NATS beyond
+        127.0.0.1 (WHET_NATS_BIND)."""
+        out = self.whet("auth", "export-worker", str(self.secrets), str(folder), "--roles", roles)
+        assert out.returncode == 0, out.stderr
+        name = f"{self.name}w{secrets.token_hex(2)}"
+        files = [WORKERS_FILE, WORKERS_TLS_FILE] if self.tls else [WORKERS_FILE]
+        env = {**self.env, "COMPOSE_PROJECT_NAME": name, "COMPOSE_FILE": ":".join(files),
+               "WHET_SECRETS_DIR": str(folder),
+               "WHET_NATS_URL": f"nats://{host_address()}:{self.nats_port}"}
+        return Project(name, env, folder, self.nats_port, tls=self.tls)
 
     def whet(self, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
         """`whet ARGS` on the host against the stack, logged in as admin from the secrets."""
         env = {**os.environ, "PYTHONPATH": str(ROOT), "WHET_NATS_USER": auth.ADMIN,
                "WHET_NATS_PASSWORD_FILE": str(self.secrets / auth.ADMIN),
-               "WHET_NATS_URL": f"nats://127.0.0.1:{self.nats_port}"}
+               "WHET_NATS_URL": f"nats://127.0.0.1:{self.nats_port}", **self.admin_tls()}
         return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=timeout_s)
+
+
+WORKERS_FILE = "docker-compose.workers.yml"
+WORKERS_TLS_FILE = "docker-compose.workers.tls.yml"
+
+
+def host_address() -> str:
+    """This host's address on its default route (what another host would dial); no packet
+    is sent."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("198.51.100.1", 9))  # TEST-NET-2: any routed address
+        return s.getsockname()[0]
+
+
+def networks(containers: list[dict]) -> set[str]:
+    """Names of the networks `containers` are attached to."""
+    return {n for c in containers for n in c["NetworkSettings"]["Networks"]}
 
 
 def _health(container: dict) -> str:

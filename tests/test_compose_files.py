@@ -49,7 +49,7 @@ def test_every_actor_kind_is_a_service_logged_in_as_its_role():
         assert svc["init"] is True and svc["healthcheck"]["test"]
         assert svc["depends_on"]["setup"]["condition"] == "service_completed_successfully"
     assert set(compose["secrets"]) == set(roles()) | {"nats-auth"}
-    assert services["nats"]["ports"] == ["127.0.0.1:${WHET_NATS_PORT:-4222}:4222"]
+    assert services["nats"]["ports"] == ["${WHET_NATS_BIND:-127.0.0.1}:${WHET_NATS_PORT:-4222}:4222"]
 
 
 def test_images_are_pinned_to_this_environment():
