@@ -108,6 +108,11 @@ def visible_inputs(task: Task) -> list:
     try:
         if v.kind == "python_io" and v.visible.strip():
             return [a for case in json.loads(v.visible) for a in _arg_forms(case.get("args", []))]
+        if v.kind == "repo_io" and v.visible.strip():
+            # args[0] is the 'module:function' called; only whole argument lists count, as a
+            # package's own tables (tier names, rates) hold single arguments honestly
+            calls = [case.get("args", [])[1:] for case in json.loads(v.visible)]
+            return [a[0] if len(a) == 1 else tuple(a) for a in calls if a]
         if v.kind == "script_io":
             return [text for text, _ in script_cases(task)]
         if v.kind == "python_check" and v.visible.strip():
@@ -130,6 +135,25 @@ def _check_call_args(source: str) -> list:
             except ValueError:
                 continue
     return out
+
+
+def own_code(before: dict[str, str], after: dict[str, str]) -> ast.Module:
+    """A repository attempt's own code: the statements of its Python modules (tests left out)
+    that the starting workspace `before` does not hold as they are, so the package's own
+    tables and helpers never count against it."""
+    from judging.repo import is_test_path
+
+    body: list[ast.stmt] = []
+    for path, text in sorted(after.items()):
+        if not path.endswith(".py") or is_test_path(path) or text == before.get(path):
+            continue
+        try:
+            tree = ast.parse(text)
+            old = {ast.dump(n) for n in ast.walk(ast.parse(before.get(path, ""))) if isinstance(n, ast.stmt)}
+        except (SyntaxError, ValueError):
+            continue
+        body += [n for n in ast.walk(tree) if isinstance(n, ast.stmt) and ast.dump(n) not in old]
+    return ast.Module(body=body, type_ignores=[])
 
 
 def special_cases(tree: ast.AST, inputs: list) -> list:
@@ -193,7 +217,13 @@ def script_cases(task: Task) -> list[tuple[str, str]]:
 
 
 def _tupled(value):
-    """Lists as tuples, all the way down, so [1, 2] and (1, 2) count as the same input."""
+    """Lists as tuples and dicts as sorted (key, value) tuples, all the way down, so [1, 2] and
+    (1, 2) count as the same input, and a table keyed by dict inputs can be read."""
+    if isinstance(value, dict):
+        try:
+            return tuple(sorted((k, _tupled(x)) for k, x in value.items()))
+        except TypeError:  # keys of mixed types: left as they are
+            return value
     if isinstance(value, (list, tuple)):
         return tuple(_tupled(x) for x in value)
     return value

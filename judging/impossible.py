@@ -23,7 +23,7 @@ def impossible(task: Task) -> Task | None:
     """The task with every visible and hidden expectation contradicted, or None."""
     v = task.verifier
     try:
-        if v.kind == "python_io":
+        if v.kind in ("python_io", "repo_io"):
             visible, hidden = (_cases(s, "expected", contradict) for s in (v.visible, v.hidden))
         elif v.kind == "script_io":
             visible, hidden = (_cases(s, "expected_stdout", _more_output) for s in (v.visible, v.hidden))

@@ -22,9 +22,11 @@ It does NOT publish anything or touch a running stack.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from bus.messages import Attempt, Task, Turn
+from judging import repo
 from judging.attacks import CLASSES, Attack, applicable, attacks_for
 from judging.config import JudgeConfig
 from judging.impossible import impossible
@@ -105,9 +107,19 @@ def attempts_for(env: str, task: Task) -> list[tuple[Attempt, dict]]:
 
 
 def _attempt(task: Task, completion: str, attempt_id: str) -> Attempt:
+    """The attempt as the judge receives it. A repository attempt is the end of a tool episode:
+    its final workspace and refused paths ride on the attempt (`completion` is their JSON, or
+    a reference's {path: text}), as the judge actor sends it to be run."""
     turn = Turn(prompt_ids=b"", completion_ids=b"", logprobs=b"", completion=completion, policy_version=0)
+    workspace: dict[str, str] = {}
+    refused: list[str] = []
+    if task.verifier.kind == "repo_io":
+        value = json.loads(completion)
+        workspace = repo.files_of(json.dumps(value.get("files", value)))
+        refused = [str(p) for p in value.get("refused", [])] if "files" in value else []
     return Attempt(attempt_id=attempt_id, group_id=attempt_id.rsplit(".", 1)[0], index=0, group_size=1,
-                   task=task, turns=[turn], policy_version=0, purpose="eval")
+                   task=task, turns=[turn], policy_version=0, purpose="eval", workspace=workspace,
+                   refused=refused)
 
 
 async def run(tasks: dict[str, list[Task]], backend, config: JudgeConfig | None = None, *,
