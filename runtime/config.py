@@ -211,6 +211,7 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
         raise ConfigError(source, key, what) from None
     _check_kinds(cfg, source)
     _check_eval_sampling(cfg, source)
+    _check_learner_ranks(cfg, source)
     problem = sync_interval_problem(cfg.bus.sync_interval)
     if problem:
         raise ConfigError(source, "bus.sync_interval", problem)
@@ -258,6 +259,19 @@ def _check_kinds(cfg: RunConfig, source: str) -> None:
             role_of(kind, cfg.auth)
         except ValueError as exc:
             raise ConfigError(source, f"auth.roles.{kind}", str(exc)) from None
+
+
+def _check_learner_ranks(cfg: RunConfig, source: str) -> None:
+    lc, count = cfg.learner, cfg.actors.count.get("learner_rank")
+    if count and lc.ranks != "bus":
+        raise ConfigError(source, "actors.count.learner_rank",
+                          'learner_rank actors need [learner] ranks = "bus" (with "children", '
+                          "the learner starts its other ranks itself)")
+    if count is not None and lc.ranks == "bus" and count != lc.world_size - 1:
+        raise ConfigError(source, "actors.count.learner_rank",
+                          f"{count} ranks besides rank 0, but [learner] world_size = "
+                          f"{lc.world_size} needs {lc.world_size - 1} (or leave it out and run "
+                          "them elsewhere)")
 
 
 def _check_eval_sampling(cfg: RunConfig, source: str) -> None:
