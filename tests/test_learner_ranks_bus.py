@@ -15,8 +15,12 @@ import time
 from pathlib import Path
 
 import anyio
+import msgspec
+import pytest
 
+from actors.learner_rank import rank_of
 from bus import subjects
+from bus.errors import ConfigError
 from bus.messages import LearnerRankClaim, LearnerRendezvous
 from tests.conftest import ROOT
 from tests.test_learner_crash import named, publish_all, synthetic_verdicts
@@ -192,3 +196,72 @@ def trained_after_resume(events: list[dict]) -> int:
         return 0
     return resumed[0]["fields"]["samples"] + sum(
         e["fields"]["samples"] for e in named(events, "learner.step_completed"))
+
+
+# --- the rendezvous alone: real bus and store, no model --------------------------------
+
+
+def bus_learner(**fields):
+    from policy.config import LearnerConfig
+
+    return LearnerConfig(world_size=2, ranks="bus", rendezvous_timeout_s=2.0, **fields)
+
+
+async def test_a_rank_joins_each_generation_once_and_its_replacement_ends_it_for_rank_0(bus):
+    """Rank 0 publishes generation 1; rank 1 claims it. A second process of rank 1 waits past
+    it (it does not join a generation taken before), and that claim makes rank 0's watch
+    raise PeerLost; the next generation seats the new process, and rank 1's watch of the
+    old one raises Superseded."""
+    from policy.rendezvous import (PeerLost, Superseded, open_meeting, seated, take_seat,
+                                   watch_generation, watch_seats)
+
+    lc = bus_learner()
+    first = await open_meeting(bus, lc)
+    old = await take_seat(bus, lc, 1, "first")
+    assert (first.generation, old.generation, old.port) == (1, 1, first.port)
+    seats = await seated(bus, first)
+    assert seats == {1: "first"}
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async def replace() -> None:
+                await anyio.sleep(0.2)
+                await take_seat(bus, lc, 1, "second")
+
+            tg.start_soon(replace)
+            with pytest.raises(PeerLost, match="rank 1 was replaced"):
+                await watch_seats(bus, first, seats)
+            second = await open_meeting(bus, lc)
+            with pytest.raises(Superseded, match="generation 2"):
+                await watch_generation(bus, old)
+    claim = await bus.kv_get(subjects.BUCKET_RUN, subjects.rank_key(1), LearnerRankClaim)
+    assert (second.generation, claim.generation, claim.incarnation) == (2, 2, "second")
+
+
+async def test_waiting_ranks_and_a_wrong_world_size_fail_clearly(bus):
+    """No rank 0 within the timeout: RendezvousTimeout naming the key; a rank 0 of another
+    world size: RendezvousError; a rank 0 nobody joins: RendezvousTimeout naming rank 1."""
+    from policy.rendezvous import RendezvousError, RendezvousTimeout, open_meeting, take_seat
+
+    lc = bus_learner()
+    with pytest.raises(RendezvousTimeout, match="learner.rendezvous within 2 s"):
+        await take_seat(bus, lc, 1, "a")
+    await open_meeting(bus, msgspec.structs.replace(lc, world_size=3))
+    with pytest.raises(RendezvousError, match="world_size 3"):
+        await take_seat(bus, lc, 1, "a")
+    meeting = await open_meeting(bus, lc)
+    with pytest.raises(RendezvousTimeout, match=r"ranks \[1\] did not arrive"):
+        await anyio.to_thread.run_sync(meeting.join, "gloo")
+
+
+def test_a_rank_is_the_number_its_instance_name_ends_in():
+    """learner_rank-1 is rank 1; a name without a rank in range, or ranks left to rank 0
+    (children), is refused with what to change."""
+    lc = bus_learner()
+    assert rank_of("learner_rank-1", lc) == 1
+    assert rank_of("learner_rank-learner-rank-1", lc) == 1  # compose: KIND-<hostname>
+    with pytest.raises(ConfigError, match="rank 1 to 1"):
+        rank_of("learner_rank-2", lc)
+    with pytest.raises(ConfigError, match="learner_rank-<rank>"):
+        rank_of("learner_rank-3f9a1c", lc)
+    with pytest.raises(ConfigError, match='ranks = "bus"'):
+        rank_of("learner_rank-1", msgspec.structs.replace(lc, ranks="children"))
