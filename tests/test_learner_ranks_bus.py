@@ -121,62 +121,39 @@ def steps_done(events: list[dict]) -> int:
     return len(named(events, "learner.step_completed"))
 
 
-async def test_ranks_on_two_hosts_meet_through_kv_and_train_with_world_size_2(bus, nats_server, tmp_path):
-    """Rank 0 publishes generation 1 in KV, rank 1 finds and claims it, and together they
-    train: the step sums both ranks' tokens, and each 'host' holds its own checkpoint, with
-    its own optimizer shard."""
-    ranks = pair(tmp_path, nats_server.url, checkpoint_every=1)
-    for rank in reversed(ranks):  # rank 1 first: it waits in KV for rank 0
-        rank.start()
-    try:
-        await publish_all(bus, synthetic_verdicts(2))
-        events = await anyio.to_thread.run_sync(lambda: wait_for(
-            ranks, lambda ev: any(e["event"] == "learner.checkpoint_saved" for e in ev)))
-        record = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS,
-                                  LearnerRendezvous)
-        claim = await bus.kv_get(subjects.BUCKET_RUN, subjects.rank_key(1), LearnerRankClaim)
-    finally:
-        for rank in ranks:
-            rank.stop()
-    assert [r.exits for r in ranks] == [[], []]
-    assert (record.generation, record.world_size, record.host) == (1, 2, "127.0.0.1")
-    assert (claim.generation, claim.state, claim.instance) == (1, "joined", "learner_rank-1")
-    [step] = named(events, "learner.step_completed")
-    assert step["fields"]["samples"] == 4 and step["fields"]["tokens"] == 48
-    host0 = sorted(p.name for p in (tmp_path / "host0/ckpt").glob("step00000001/*"))
-    host1 = sorted(p.name for p in (tmp_path / "host1/ckpt/rank-1").glob("step00000001/*"))
-    assert host0 == ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"]
-    assert host1 == ["bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"]
-    assert (tmp_path / "host0/ckpt/latest").read_text() == "step00000001"
-    [seated] = named(ranks[1].events(), "learner.rank_seated")
-    assert seated["fields"]["generation"] == 1
-
-
-async def test_rank_1_killed_mid_run_both_restart_from_the_checkpoint_and_train_each_verdict_once(
+async def test_ranks_meet_through_kv_train_and_after_rank_1_is_killed_resume_each_verdict_once(
         bus, nats_server, tmp_path):
-    """kill -9 of rank 1 after step 3: rank 0 notices and exits on its own, both come back
-    (the test supervises), meet under generation 2, resume from the last checkpoint (step 2),
-    and every verdict is in exactly one surviving update."""
+    """Rank 0 publishes generation 1, rank 1 claims it, and together they train (each step
+    sums both ranks' tokens). kill -9 of rank 1 after step 3: rank 0 notices and exits on its
+    own, both come back (the test supervises), meet under generation 2, resume from the last
+    checkpoint (step 2), and every verdict is in exactly one surviving update. Each 'host'
+    holds its own checkpoint folder, with its own optimizer shard."""
     verdicts = synthetic_verdicts(10)
     ranks = pair(tmp_path, nats_server.url, checkpoint_every=2)
-    for rank in ranks:
+    for rank in reversed(ranks):  # rank 1 first: it waits in KV for rank 0
         rank.start()
     try:
         await publish_all(bus, verdicts)
         before = await anyio.to_thread.run_sync(lambda: wait_for(
             ranks, lambda ev: any(e["fields"]["step"] == 3 for e in named(ev, "learner.step_completed"))))
+        first = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS,
+                                 LearnerRendezvous)
+        claim = await bus.kv_get(subjects.BUCKET_RUN, subjects.rank_key(1), LearnerRankClaim)
         ranks[1].kill9()
         everything = await anyio.to_thread.run_sync(lambda: wait_for(
-            ranks, lambda ev: trained_after_resume(ev[len(before):]) >= len(verdicts), 120))
+            ranks, lambda ev: trained_after_resume(ev[len(before):]) >= len(verdicts), 150))
         record = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS,
                                   LearnerRendezvous)
     finally:
         for rank in ranks:
             rank.stop()
+    assert (first.generation, first.world_size, first.host) == (1, 2, "127.0.0.1")
+    assert (claim.generation, claim.state, claim.instance) == (1, "joined", "learner_rank-1")
     assert ranks[0].exits and ranks[0].exits[0] != 0, "rank 0 did not leave on its own"
     assert record.generation == 2
     after = everything[len(before):]
     steps_before = named(before, "learner.step_completed")
+    assert {(e["fields"]["samples"], e["fields"]["tokens"]) for e in steps_before} == {(4, 48)}
     assert len(steps_before) * 4 < len(verdicts), "the kill did not land mid-run"
     [resumed] = named(after, "learner.resumed")
     saved = resumed["fields"]["step"]
@@ -188,6 +165,11 @@ async def test_rank_1_killed_mid_run_both_restart_from_the_checkpoint_and_train_
     assert named(after, "learner.step_completed")[0]["fields"]["step"] == saved + 1
     generations = [e["fields"]["generation"] for e in named(ranks[1].events(), "learner.rank_seated")]
     assert generations == [1, 2]
+    tag = (tmp_path / "host0/ckpt/latest").read_text()
+    host0 = sorted(p.name for p in (tmp_path / "host0/ckpt" / tag).iterdir())
+    host1 = sorted(p.name for p in (tmp_path / "host1/ckpt/rank-1" / tag).iterdir())
+    assert host0 == ["bf16_zero_pp_rank_0_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"]
+    assert host1 == ["bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt", "mp_rank_00_model_states.pt"]
 
 
 def trained_after_resume(events: list[dict]) -> int:
