@@ -28,7 +28,7 @@ from bus.nats_bus import Bus
 from policy.config import LearnerConfig
 from policy.ranks import follow, in_daemon_thread
 from policy.rendezvous import Meeting, take_seat, watch_generation
-from policy.trainer import Trainer
+from policy.trainer import Trainer, import_engine
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.learner_rank")
@@ -70,13 +70,15 @@ async def run(bus: Bus, config: RunConfig, *,
     directory = checkpoint_dir(config, bus) / f"rank-{rank}"
     incarnation = uuid.uuid4().hex[:12]
     task_status.started()  # waiting for rank 0 is this actor's work
-    while not bus.stopping.is_set():
+    async with anyio.create_task_group() as tg:  # import DeepSpeed while rank 0 starts
+        tg.start_soon(anyio.to_thread.run_sync, import_engine, lc.device)
         meeting = await _seat_unless_stopping(bus, lc, rank, incarnation)
-        if meeting is None:
-            return
+    while meeting is not None:
         os.environ.update(meeting.env())
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_generation, bus, meeting)
             await in_daemon_thread(follow, Trainer(config.trainer, directory), meeting.join)
             tg.cancel_scope.cancel()
         log.info("learner.rank_released", rank=rank, generation=meeting.generation)
+        meeting = None if bus.stopping.is_set() else await _seat_unless_stopping(
+            bus, lc, rank, incarnation)

@@ -51,6 +51,15 @@ def ds_config(lc: LearnerConfig, world: int) -> dict:
     }
 
 
+def import_engine(device: str) -> None:
+    """Import DeepSpeed for `device` (slow: seconds); a rank may do it while it waits."""
+    os.environ["DS_ACCELERATOR"] = device
+    from policy.extensions import prepare
+
+    prepare()
+    import deepspeed  # noqa: F401
+
+
 class Trainer:
     def __init__(self, config: TrainerConfig, checkpoint_dir: Path) -> None:
         self.config = config
@@ -72,10 +81,7 @@ class Trainer:
         """Join the process group (`join(backend)` forms it where the ranks met through the
         bus; otherwise from MASTER_ADDR/MASTER_PORT), build the engine, load the checkpoint
         rank 0's `latest` names; returns its client state ({} if none)."""
-        os.environ["DS_ACCELERATOR"] = self.lc.device
-        from policy.extensions import prepare
-
-        prepare()
+        import_engine(self.lc.device)
         import deepspeed
 
         from policy.model import load_model
