@@ -163,6 +163,7 @@ async def test_ranks_meet_through_kv_train_and_after_rank_1_is_killed_resume_eac
     trained = [vid for e in surviving for vid in e["fields"]["trained"]]
     assert sorted(trained) == sorted(v.verdict_id for v in verdicts)
     assert named(after, "learner.step_completed")[0]["fields"]["step"] == saved + 1
+    assert not named(everything, "learner.ledger_mismatch") + named(everything, "learner.consumed_twice")
     generations = [e["fields"]["generation"] for e in named(ranks[1].events(), "learner.rank_seated")]
     assert generations == [1, 2]
     tag = (tmp_path / "host0/ckpt/latest").read_text()
