@@ -431,6 +431,8 @@ class LearnerRendezvous(Message, tag="whet.learner_rendezvous.v1"):
     "Rank 0's actor instance."
     published_at: float = 0.0
     "Unix time rank 0 wrote this record."
+    kind: str = ""
+    "Rank 0's actor kind (with `instance`, the key of its heartbeats)."
 
 
 class LearnerRankClaim(Message, tag="whet.learner_rank.v1"):
@@ -453,6 +455,8 @@ class LearnerRankClaim(Message, tag="whet.learner_rank.v1"):
     "Host name of the rank."
     at: float = 0.0
     "Unix time of the claim."
+    kind: str = ""
+    "Actor kind of the rank (with `instance`, the key of its heartbeats)."
 
 
 class Heartbeat(Message, tag="whet.heartbeat.v1"):

@@ -10,13 +10,16 @@ group (gloo or NCCL over TCP):
 - every rank (`Meeting.join`): checks in at the store, waits for all, then forms the group.
 It also watches a generation end: rank 0 (`watch_seats`) raises `PeerLost` when another
 process claims one of its ranks, rank k (`watch_generation`) raises `Superseded` when rank 0
-publishes a newer generation. Every wait has a finite timeout and says what is missing.
+publishes a newer generation, and either raises `PeerLost` when the other's heartbeats
+(KV whet-actors) stop for `BEATS_MISSED` intervals: a host gone without closing its sockets
+would otherwise hold a collective for days. Every wait has a finite timeout and says what
+is missing.
 
 Errors, all RuntimeErrors (the actor crashes; its supervisor restarts it):
 
     RendezvousError        the ranks disagree (world size, rank out of range)
     ├── RendezvousTimeout  a rank did not arrive, or rank 0's store cannot be reached
-    ├── PeerLost           rank 0: a rank of its generation was replaced
+    ├── PeerLost           a rank of the generation was replaced, or its beats stopped
     └── Superseded         rank k: rank 0 started a newer generation
 
 It trains nothing, and does not decide when a rank restarts (its supervisor does).
@@ -31,13 +34,14 @@ import urllib.parse
 from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from functools import partial
+from typing import Any, Awaitable, Callable
 
 import anyio
 import structlog
 
 from bus import subjects
-from bus.messages import LearnerRankClaim, LearnerRendezvous
+from bus.messages import Heartbeat, LearnerRankClaim, LearnerRendezvous
 from bus.nats_bus import Bus
 from policy.config import LearnerConfig
 
@@ -47,7 +51,11 @@ CONNECT_S = 30.0
 "How long a rank tries to reach rank 0's store: the record names a store that listened."
 COLLECTIVE_TIMEOUT = timedelta(days=7)
 """A collective may wait that long: ranks 1 and up wait in one for rank 0's next operation,
-however idle the learner is. A dead peer ends it sooner (its sockets close)."""
+however idle the learner is. A dead peer ends it sooner (its sockets close, or its heartbeats
+stop: `watch_beats`)."""
+BEATS_MISSED = 5
+"""Heartbeat intervals without a beat after which a peer counts as lost (`whet status` shows
+an actor dead after 3; a loaded host may be late by one or two)."""
 
 
 class RendezvousError(RuntimeError):
@@ -135,7 +143,8 @@ async def open_meeting(bus: Bus, lc: LearnerConfig) -> Meeting:
     last = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS, LearnerRendezvous)
     record = LearnerRendezvous(generation=(last.generation if last else 0) + 1, host=host,
                                port=store.port, world_size=lc.world_size,
-                               instance=bus.identity.instance, published_at=time.time())
+                               instance=bus.identity.instance, published_at=time.time(),
+                               kind=bus.identity.kind)
     await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS, record)
     log.info("learner.rendezvous_published", generation=record.generation, host=host,
              port=record.port, world_size=record.world_size)
@@ -146,7 +155,7 @@ async def open_meeting(bus: Bus, lc: LearnerConfig) -> Meeting:
 def _claim(bus: Bus, rank: int, generation: int, state: str, incarnation: str) -> LearnerRankClaim:
     return LearnerRankClaim(rank=rank, generation=generation, state=state,  # type: ignore[arg-type]
                             incarnation=incarnation, instance=bus.identity.instance,
-                            host=socket.gethostname(), at=time.time())
+                            host=socket.gethostname(), at=time.time(), kind=bus.identity.kind)
 
 
 async def take_seat(bus: Bus, lc: LearnerConfig, rank: int, incarnation: str) -> Meeting:
@@ -185,19 +194,27 @@ async def take_seat(bus: Bus, lc: LearnerConfig, rank: int, incarnation: str) ->
                    lc.rendezvous_timeout_s)
 
 
-async def seated(bus: Bus, meeting: Meeting) -> dict[int, str]:
-    """Rank 0, after `join`: the incarnation that took each other rank of this generation."""
-    seats: dict[int, str] = {}
+async def seated(bus: Bus, meeting: Meeting) -> dict[int, LearnerRankClaim]:
+    """Rank 0, after `join`: the claim of each other rank of this generation."""
+    seats: dict[int, LearnerRankClaim] = {}
     for rank in range(1, meeting.world):
         claim = await bus.kv_get(subjects.BUCKET_RUN, subjects.rank_key(rank), LearnerRankClaim)
         if claim is None or (claim.state, claim.generation) != ("joined", meeting.generation):
             raise PeerLost(f"learner rank {rank} no longer holds generation {meeting.generation}")
-        seats[rank] = claim.incarnation
+        seats[rank] = claim
     return seats
 
 
-async def watch_seats(bus: Bus, meeting: Meeting, seats: dict[int, str]) -> None:
-    """Rank 0: raise `PeerLost` once another process claims a rank of this generation."""
+async def watch_seats(bus: Bus, meeting: Meeting, seats: dict[int, LearnerRankClaim]) -> None:
+    """Rank 0: raise `PeerLost` once another process claims a rank of this generation, or a
+    rank's heartbeats stop."""
+    await _first_to_raise(
+        partial(_watch_claims, bus, meeting, {rank: c.incarnation for rank, c in seats.items()}),
+        *(partial(watch_beats, bus, c.kind, c.instance, f"learner rank {c.rank}")
+          for c in seats.values()))
+
+
+async def _watch_claims(bus: Bus, meeting: Meeting, seats: dict[int, str]) -> None:
     async with aclosing(bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RANKS,
                                      LearnerRankClaim)) as claims:
         async for claim in claims:
@@ -210,7 +227,29 @@ async def watch_seats(bus: Bus, meeting: Meeting, seats: dict[int, str]) -> None
 
 
 async def watch_generation(bus: Bus, meeting: Meeting) -> None:
-    """Rank k: raise `Superseded` once rank 0 publishes another generation."""
+    """Rank k: raise `Superseded` once rank 0 publishes another generation, `PeerLost` once
+    rank 0's heartbeats stop."""
+    record = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS,
+                              LearnerRendezvous)
+    beats = []
+    if record is not None and record.generation == meeting.generation and record.kind:
+        beats.append(partial(watch_beats, bus, record.kind, record.instance, "learner rank 0"))
+    await _first_to_raise(partial(_watch_generation, bus, meeting), *beats)
+
+
+async def _first_to_raise(*watches: Callable[[], Awaitable[None]]) -> None:
+    """Run the watches together until one raises; its error propagates on its own."""
+    try:
+        async with anyio.create_task_group() as tg:
+            for watch in watches:
+                tg.start_soon(watch)
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], RendezvousError):
+            raise group.exceptions[0] from None
+        raise
+
+
+async def _watch_generation(bus: Bus, meeting: Meeting) -> None:
     async with aclosing(bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RENDEZVOUS,
                                      LearnerRendezvous)) as records:
         async for record in records:
@@ -218,3 +257,19 @@ async def watch_generation(bus: Bus, meeting: Meeting) -> None:
                 raise Superseded(
                     f"rank 0 started generation {record.generation}; rank {meeting.rank} "
                     f"leaves generation {meeting.generation} to meet it there")
+
+
+async def watch_beats(bus: Bus, kind: str, instance: str, who: str) -> None:
+    """Raise `PeerLost` once the heartbeats of `kind`/`instance` stop for `BEATS_MISSED` of
+    their intervals (counted on this host's clock: the hosts' clocks may differ)."""
+    async with aclosing(bus.kv_watch(subjects.BUCKET_ACTORS, subjects.actor_key(kind, instance),
+                                     Heartbeat)) as beats:
+        interval = 2.0
+        while True:
+            beat = None
+            with anyio.move_on_after(BEATS_MISSED * interval):
+                beat = await anext(beats)
+            if beat is None:
+                raise PeerLost(f"{who} ({instance}) sent no heartbeat for "
+                               f"{BEATS_MISSED * interval:g} s: its host or process is gone")
+            interval = beat.interval_s

@@ -203,7 +203,7 @@ async def test_a_rank_joins_each_generation_once_and_its_replacement_ends_it_for
     old = await take_seat(bus, lc, 1, "first")
     assert (first.generation, old.generation, old.port) == (1, 1, first.port)
     seats = await seated(bus, first)
-    assert seats == {1: "first"}
+    assert {rank: claim.incarnation for rank, claim in seats.items()} == {1: "first"}
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             async def replace() -> None:
@@ -234,6 +234,34 @@ async def test_waiting_ranks_and_a_wrong_world_size_fail_clearly(bus):
     meeting = await open_meeting(bus, lc)
     with pytest.raises(RendezvousTimeout, match=r"ranks \[1\] did not arrive"):
         await anyio.to_thread.run_sync(meeting.join, "gloo")
+
+
+async def test_a_peer_whose_heartbeats_stop_is_lost(bus):
+    """A rank beating every 0.2 s is watched without complaint; once its beats stop (a host
+    gone without closing its sockets), PeerLost comes after 5 intervals, not days later."""
+    import time
+
+    from bus.messages import Heartbeat
+    from policy.rendezvous import BEATS_MISSED, PeerLost, watch_beats
+
+    def beat() -> Heartbeat:
+        return Heartbeat(kind="learner_rank", instance="learner_rank-1", pid=1, host="h",
+                         state="ready", started_at=0.0, beat_at=time.time(), interval_s=0.2)
+
+    key = subjects.actor_key("learner_rank", "learner_rank-1")
+    await bus.kv_put(subjects.BUCKET_ACTORS, key, beat())
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            async def beating() -> None:
+                for _ in range(10):  # 2 s of beats, longer than 5 intervals
+                    await anyio.sleep(0.2)
+                    await bus.kv_put(subjects.BUCKET_ACTORS, key, beat())
+
+            tg.start_soon(beating)
+            with pytest.raises(PeerLost, match="sent no heartbeat for 1 s"):
+                await watch_beats(bus, "learner_rank", "learner_rank-1", "learner rank 1")
+            last = (await bus.kv_get(subjects.BUCKET_ACTORS, key, Heartbeat)).beat_at
+    assert time.time() - last >= BEATS_MISSED * 0.2 * 0.9
 
 
 def test_a_rank_is_the_number_its_instance_name_ends_in():
