@@ -261,15 +261,39 @@ async def _watch_generation(bus: Bus, meeting: Meeting) -> None:
 
 async def watch_beats(bus: Bus, kind: str, instance: str, who: str) -> None:
     """Raise `PeerLost` once the heartbeats of `kind`/`instance` stop for `BEATS_MISSED` of
-    their intervals (counted on this host's clock: the hosts' clocks may differ)."""
-    async with aclosing(bus.kv_watch(subjects.BUCKET_ACTORS, subjects.actor_key(kind, instance),
-                                     Heartbeat)) as beats:
-        interval = 2.0
-        while True:
-            beat = None
-            with anyio.move_on_after(BEATS_MISSED * interval):
-                beat = await anext(beats)
-            if beat is None:
-                raise PeerLost(f"{who} ({instance}) sent no heartbeat for "
-                               f"{BEATS_MISSED * interval:g} s: its host or process is gone")
-            interval = beat.interval_s
+    their intervals (counted on this host's clock: the hosts' clocks may differ), while this
+    side stayed connected to the bus (an outage of the bus silences every peer)."""
+    key = subjects.actor_key(kind, instance)
+    send, receive = anyio.create_memory_object_stream[Heartbeat](1)
+
+    async def follow() -> None:  # the watch is never cancelled midway: that would end it
+        async with send, aclosing(bus.kv_watch(subjects.BUCKET_ACTORS, key, Heartbeat)) as beats:
+            async for beat in beats:
+                await send.send(beat)
+
+    async def judge() -> None:
+        interval, last = 2.0, None
+        async with receive:
+            while True:
+                reconnects = bus.watch.reconnects
+                beat = None
+                with anyio.move_on_after(BEATS_MISSED * interval):
+                    beat = await receive.receive()
+                if beat is not None:
+                    interval, last = beat.interval_s, beat.beat_at
+                elif not await _maybe_beating(bus, key, reconnects, last):
+                    raise PeerLost(f"{who} ({instance}) sent no heartbeat for "
+                                   f"{BEATS_MISSED * interval:g} s: its host or process is gone")
+
+    await _first_to_raise(follow, judge)
+
+
+async def _maybe_beating(bus: Bus, key: str, reconnects: int, last: float | None) -> bool:
+    """After a quiet window: False only if this side was connected all along and the
+    peer's latest beat is still the one seen before."""
+    try:
+        with anyio.fail_after(bus.settings.request_timeout_s):
+            beat = await bus.kv_get(subjects.BUCKET_ACTORS, key, Heartbeat)
+    except Exception:  # noqa: BLE001 - the bus is out of reach from here: no verdict on the peer
+        return True
+    return bus.watch.reconnects != reconnects or (beat is not None and beat.beat_at != last)

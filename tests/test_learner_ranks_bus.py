@@ -22,7 +22,7 @@ from actors.learner_rank import rank_of
 from bus import subjects
 from bus.errors import ConfigError
 from bus.messages import LearnerRankClaim, LearnerRendezvous
-from tests.conftest import ROOT
+from tests.conftest import ROOT, until
 from tests.test_learner_crash import named, publish_all, synthetic_verdicts
 
 
@@ -262,6 +262,53 @@ async def test_a_peer_whose_heartbeats_stop_is_lost(bus):
                 await watch_beats(bus, "learner_rank", "learner_rank-1", "learner rank 1")
             last = (await bus.kv_get(subjects.BUCKET_ACTORS, key, Heartbeat)).beat_at
     assert time.time() - last >= BEATS_MISSED * 0.2 * 0.9
+
+
+async def test_an_outage_of_the_bus_is_not_a_lost_peer(bus, nats_server):
+    """The server is down for 10 beat intervals while the peer keeps beating (its puts wait
+    for the server): the watch, whose own side was cut off too, does not call the peer lost;
+    once the beats stop for good with the server up, it does."""
+    import time
+
+    from bus.messages import Heartbeat
+    from policy.rendezvous import PeerLost, watch_beats
+
+    key = subjects.actor_key("learner_rank", "learner_rank-1")
+    beating = anyio.Event()
+
+    async def beat() -> None:
+        await bus.kv_put(subjects.BUCKET_ACTORS, key, Heartbeat(
+            kind="learner_rank", instance="learner_rank-1", pid=1, host="h", state="ready",
+            started_at=0.0, beat_at=time.time(), interval_s=0.2))
+
+    await beat()
+    with anyio.fail_after(40):
+        async with anyio.create_task_group() as tg:
+            async def peer() -> None:
+                while not beating.is_set():
+                    await beat()
+                    await anyio.sleep(0.2)
+                for _ in range(5):  # beats again after the outage, then stops
+                    await beat()
+                    await anyio.sleep(0.2)
+
+            async def outage() -> None:
+                async def watched() -> bool:  # the watch's consumer exists: it is open
+                    [state] = await bus.stream_states([subjects.kv_stream(subjects.BUCKET_ACTORS)])
+                    return bool(state.consumers)
+
+                await until(watched, 10)
+                await anyio.sleep(0.5)  # staging: a few beats reach the open watch
+                nats_server.kill()
+                await anyio.sleep(2.0)  # staging: the outage must outlast 5 intervals
+                await anyio.to_thread.run_sync(nats_server.start)
+                beating.set()
+
+            tg.start_soon(peer)
+            tg.start_soon(outage)
+            with pytest.raises(PeerLost, match="sent no heartbeat"):
+                await watch_beats(bus, "learner_rank", "learner_rank-1", "learner rank 1")
+            assert beating.is_set(), "called lost during the outage"
 
 
 def test_a_rank_is_the_number_its_instance_name_ends_in():
