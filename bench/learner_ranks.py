@@ -7,9 +7,12 @@ same synthetic verdicts (`--steps` batches of `--batch` sequences of `--tokens` 
 the learner's `learner.step_completed` events: `train_s` (the DeepSpeed part) and `step_s`
 (the whole step: assemble, train, publish the weights). The first step of each is warm-up.
 Threads: world_size 1 gets `--threads`, each rank of world_size 2 half of them, so both use
-the same cores. Checkpoints are left out (every 1000 steps).
+the same cores. Checkpoints are left out (every 1000 steps). The two alternate for
+`--rounds` rounds (1, 2, 1, 2, ...), so a change in the machine's load hits both alike; the
+medians are over every round's steps.
 
-    python bench/learner_ranks.py [--model tiny] [--steps 6] [--batch 8] [--tokens 128] [--threads 2]
+    python bench/learner_ranks.py [--model tiny] [--steps 6] [--batch 8] [--tokens 128]
+                                  [--threads 2] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ max_staleness = 1000
 
 async def run_world(world: int, args: argparse.Namespace, tmp: Path) -> list[dict]:
     """One learner of `world` ranks on a fresh server; its step events."""
+    tmp = Path(tempfile.mkdtemp(dir=tmp))
     server = EmbeddedServer(tmp / f"nats-{world}")
     server.start()
     bus = await Bus.connect(BusSettings(url=server.url), Identity("bench", "bench"))
@@ -79,9 +83,13 @@ async def run_world(world: int, args: argparse.Namespace, tmp: Path) -> list[dic
 
 def main(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="whet-ranks-bench-"))
-    results = {world: anyio.run(run_world, world, args, tmp)[1:] for world in (1, 2)}
+    results: dict[int, list[dict]] = {1: [], 2: []}
+    for _ in range(args.rounds):
+        for world in results:
+            results[world] += anyio.run(run_world, world, args, tmp)[1:]
     print(f"learner step, model {args.model}, ZeRO-1, batch {args.batch} x {args.tokens} tokens, "
-          f"{args.threads} threads in all, {args.steps - 1} steps after warm-up")
+          f"{args.threads} threads in all, {args.rounds} rounds of {args.steps - 1} steps "
+          "after warm-up")
     base = statistics.median(f["train_s"] for f in results[1])
     for world, steps in results.items():
         train = statistics.median(f["train_s"] for f in steps)
@@ -98,4 +106,5 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=2)
     main(parser.parse_args())
