@@ -21,6 +21,7 @@ KINDS: dict[str, str] = {
     "monitor": "actors.monitor:run",
     "generator": "actors.generator:run",
     "learner": "actors.learner:run",
+    "learner_rank": "actors.learner_rank:run",
     "executor": "actors.executor:run",
     "sampler": "actors.sampler:run",
     "evaluator": "actors.evaluator:run",

@@ -1,7 +1,10 @@
 """The learner actor: GRPO-style updates with DeepSpeed, then new weights for the generators.
 
 Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), holds each until the
-checkpoint that contains its update is written, then acks it. Each verdict is counted once
+checkpoint that contains its update is written, then acks it. It is DeepSpeed rank 0; the
+other ranks are its children or, with `[learner] ranks = "bus"`, `learner_rank` actors that
+meet it through the bus, and it leaves (to be restarted, and meet them under a new
+generation) when one of those is replaced. Each verdict is counted once
 however often it is delivered: the consumer rebinds a redelivery of a verdict held here to
 the held handle, and a copy whose id the ledger already holds is kept out of the buffer and
 acked with the checkpoint that records it. Groups (attempts sharing a
@@ -311,12 +314,19 @@ class Learner:
 async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
-    ranks = RankGroup(config.trainer, checkpoint_dir(config, bus))
+    ranks = RankGroup(config.trainer, checkpoint_dir(config, bus), bus)
     try:
         resumed = await ranks.start()
         learner = Learner(bus, config, ranks, resumed)
         await learner.resume()
         async with anyio.create_task_group() as tg:
+            peers = anyio.CancelScope()
+
+            async def watch_peers() -> None:
+                with peers:  # a replaced rank ends the run here: PeerLost
+                    await ranks.watch_peers()
+
+            tg.start_soon(watch_peers)
             await tg.start(learner.publisher.run)
             await tg.start(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
                                    learner.on_verdict, max_in_flight=learner.held_limit,
@@ -325,6 +335,7 @@ async def run(bus: Bus, config: RunConfig, *,
             await learner.loop()
             with anyio.CancelScope(shield=True):
                 await learner.finish()
+            peers.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await ranks.close()

@@ -492,6 +492,52 @@ class StepRecord(Message, tag="whet.step.v1"):
     "Optimizer steps so far."
 
 
+class LearnerRendezvous(Message, tag="whet.learner_rendezvous.v1"):
+    """Learner rank 0 to the learner's other ranks (KV whet-run `learner.rendezvous`, see
+    `policy.rendezvous`): where this generation of the learner's process group meets. Rank 0
+    writes a new generation each time it starts, once its store listens; a rank joins each
+    generation at most once, and a rank that joined an older one leaves when it sees it."""
+
+    generation: int
+    "Counts rank 0's starts on this bus; the record of a newer start has a higher one."
+    host: str
+    "Address the other ranks reach rank 0's c10d store at (their MASTER_ADDR)."
+    port: int
+    "TCP port of that store (their MASTER_PORT)."
+    world_size: int
+    "Ranks in the group, rank 0 included."
+    instance: str = ""
+    "Rank 0's actor instance."
+    published_at: float = 0.0
+    "Unix time rank 0 wrote this record."
+    kind: str = ""
+    "Rank 0's actor kind (with `instance`, the key of its heartbeats)."
+
+
+class LearnerRankClaim(Message, tag="whet.learner_rank.v1"):
+    """A learner rank other than 0 to rank 0 (KV whet-run `learner.rank.<rank>`): the
+    generation this process joined, or, while it waits for a newer one, the last one taken
+    before it. Rank 0 leaves its generation when another process claims one of its ranks
+    (the process it met is gone), so the pair meets again under a new generation."""
+
+    rank: int
+    "The rank claimed."
+    generation: int
+    "Generation joined (state 'joined'), or the newest already taken (state 'waiting')."
+    state: Literal["waiting", "joined"]
+    "waiting: for a generation newer than `generation`; joined: it took `generation`."
+    incarnation: str
+    "Random id of this process, so a restarted rank differs from the one before."
+    instance: str = ""
+    "Actor instance of the rank."
+    host: str = ""
+    "Host name of the rank."
+    at: float = 0.0
+    "Unix time of the claim."
+    kind: str = ""
+    "Actor kind of the rank (with `instance`, the key of its heartbeats)."
+
+
 class Heartbeat(Message, tag="whet.heartbeat.v1"):
     """Every actor to the registry (KV), every few seconds."""
 
@@ -862,6 +908,8 @@ TOP_LEVEL: tuple[type[Message], ...] = (
     Verdict,
     WeightVersion,
     StepRecord,
+    LearnerRendezvous,
+    LearnerRankClaim,
     Heartbeat,
     ActorFailure,
     ScaleTarget,

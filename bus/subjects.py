@@ -60,6 +60,11 @@ KEY_EVAL_ROUNDS = "evaluator.round.>"
 KEY_LEARNER_STEPS = "learner.step.>"
 "whet-run: every learner `StepRecord` (a pattern, for watching them all; see `step_key`)."
 
+KEY_LEARNER_RENDEZVOUS = "learner.rendezvous"
+"whet-run: where the learner's ranks meet (`LearnerRendezvous`, written by rank 0)."
+KEY_LEARNER_RANKS = "learner.rank.*"
+"whet-run: every learner rank's `LearnerRankClaim` (a pattern; see `rank_key`)."
+
 _TOKEN_OK = re.compile(r"[^a-z0-9_-]")
 
 
@@ -164,6 +169,11 @@ def eval_round_key(round_version: int, version: int) -> str:
     """whet-run key of the held-out result of policy `version` in the round for
     `round_version`; zero-padded, so keys sort in round order."""
     return f"evaluator.round.{round_version:06d}.{version:06d}"
+
+
+def rank_key(rank: int) -> str:
+    """whet-run key of the `LearnerRankClaim` of learner rank `rank` (1 and up)."""
+    return f"learner.rank.{rank}"
 
 
 def step_key(step: int) -> str:

@@ -89,7 +89,8 @@ class LearnerConfig(Section):
     device: Literal["cpu", "cuda"] = "cpu"
     "cpu: DeepSpeed's CPU accelerator with gloo. cuda: NCCL, one GPU per rank."
     world_size: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
-    "DeepSpeed ranks; rank 0 is the actor process, the others are its children."
+    ("DeepSpeed ranks; rank 0 is the learner actor's process. The others are its children, "
+     "or processes of their own (`ranks`).")
     zero_stage: Annotated[int, msgspec.Meta(ge=0, le=3)] = 1
     "ZeRO stage."
     precision: Literal["auto", "bf16", "fp32"] = "auto"
@@ -136,6 +137,22 @@ class LearnerConfig(Section):
     "Where checkpoints go; '' is <run dir>/checkpoints (or a temporary folder outside a run)."
     group_timeout_s: Seconds = 300.0
     "A group still missing members this long after its first verdict is trained with what came."
+    ranks: Literal["children", "bus"] = "children"
+    ("How ranks 1 and up start. children: rank 0 starts them as child processes on its host. "
+     "bus: each is a process of its own, on any host (actor kind `learner_rank`, instance "
+     "`learner_rank-<rank>`), and they meet rank 0 through KV whet-run (`learner.rendezvous`, "
+     "a new generation each time rank 0 starts). Each rank keeps its own checkpoint folder "
+     "(rank k: `<checkpoint_dir>/rank-<k>`), so the hosts need no shared disk.")
+    rendezvous_host: str = ""
+    ("bus ranks: the address the other ranks reach rank 0 at; '' is this host's address on "
+     "its route to the NATS server.")
+    rendezvous_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 0
+    ("bus ranks: TCP port of rank 0's c10d store (0: any free port). gloo and NCCL open "
+     "ports of their own between the ranks too; GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME "
+     "choose the interface.")
+    rendezvous_timeout_s: Seconds = 300.0
+    ("bus ranks: how long a rank waits for a generation to join, and rank 0 for the other "
+     "ranks to arrive, before it fails saying who is missing.")
 
 
 class TrainerConfig(Section):

@@ -1,4 +1,5 @@
-"""A learner rank other than 0: `python -m policy.rank_main --config F --checkpoint-dir D`.
+"""A learner rank other than 0, as rank 0's child (`[learner] ranks = "children"`):
+`python -m policy.rank_main --config F --checkpoint-dir D`.
 
 Consumes the trainer's config (`policy.config.TrainerConfig` as JSON, written by rank 0)
 and operations broadcast by rank 0 (`policy.ranks`); runs each on its own `Trainer`
@@ -27,18 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     import msgspec
 
     from policy.config import TrainerConfig
-    from policy.ranks import broadcast_op
+    from policy.ranks import follow
     from policy.trainer import Trainer
 
     config = msgspec.json.decode(Path(args.config).read_bytes(), type=TrainerConfig)
-    trainer = Trainer(config, Path(args.checkpoint_dir))
-    trainer.setup()
-    while True:
-        op, op_args = broadcast_op("", ())
-        if op == "stop":
-            trainer.close()
-            return 0
-        getattr(trainer, op)(*op_args)
+    follow(Trainer(config, Path(args.checkpoint_dir)))
+    return 0
 
 
 if __name__ == "__main__":

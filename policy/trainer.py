@@ -5,6 +5,9 @@ checkpoint requests and export requests; produces optimizer updates, DeepSpeed
 checkpoints (with the learner's bookkeeping as client state) and bf16 weight bytes on
 rank 0. CPU runs use DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public
 method is collective: all ranks call it in the same order (`policy.ranks` sees to that).
+A checkpoint counts once every rank has written it: rank 0 then points `latest` at it, and
+every rank loads the tag rank 0's `latest` names. With `ranks = "bus"` each rank writes its
+own folder in full (node-local storage), so ranks on several hosts need no shared disk.
 
 It knows nothing of the bus, groups or versions.
 """
@@ -17,7 +20,7 @@ import shutil
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
 from policy.config import LearnerConfig, TrainerConfig
@@ -38,12 +41,23 @@ def ds_config(lc: LearnerConfig, world: int) -> dict:
         "gradient_clipping": lc.grad_clip,
         "steps_per_print": 1 << 30,
         "zero_optimization": zero,
+        # Ranks of their own (possibly on other hosts) each write a whole checkpoint folder.
+        "checkpoint": {"use_node_local_storage": lc.ranks == "bus"},
         "bf16": {"enabled": training_precision(lc.precision, lc.device) == "bf16"},
         "optimizer": {"type": "AdamW", "params": {
             "lr": lc.lr, "weight_decay": lc.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8,
             # torch's AdamW needs no compiled op; the CPU-offload optimizer does.
             "torch_adam": not lc.offload_optimizer}},
     }
+
+
+def import_engine(device: str) -> None:
+    """Import DeepSpeed for `device` (slow: seconds); a rank may do it while it waits."""
+    os.environ["DS_ACCELERATOR"] = device
+    from policy.extensions import prepare
+
+    prepare()
+    import deepspeed  # noqa: F401
 
 
 class Trainer:
@@ -63,20 +77,21 @@ class Trainer:
 
             torch.cuda.set_device(self.local_rank)
 
-    def setup(self) -> dict:
-        """Join the process group, build the engine, load the last checkpoint's client state."""
-        os.environ["DS_ACCELERATOR"] = self.lc.device
-        from policy.extensions import prepare
-
-        prepare()
+    def setup(self, join: Callable[[str], None] | None = None) -> dict:
+        """Join the process group (`join(backend)` forms it where the ranks met through the
+        bus; otherwise from MASTER_ADDR/MASTER_PORT), build the engine, load the checkpoint
+        rank 0's `latest` names; returns its client state ({} if none)."""
+        import_engine(self.lc.device)
         import deepspeed
 
         from policy.model import load_model
 
         self._bind()
         self.device = f"cuda:{self.local_rank}" if self.lc.device == "cuda" else "cpu"
-        deepspeed.init_distributed(dist_backend="nccl" if self.lc.device == "cuda" else "gloo",
-                                   timeout=timedelta(days=7))
+        backend = "nccl" if self.lc.device == "cuda" else "gloo"
+        if join is not None:
+            join(backend)  # deepspeed then adopts the group
+        deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(days=7))
         model = load_model(self.config.model, "float32", self.device)
         model.train()
         self.pad_id = model.config.pad_token_id or 0
@@ -89,10 +104,28 @@ class Trainer:
             self.reference = load_model(self.config.model,
                                         weights_dtype("auto", self.lc.device), self.device)
         self.dir.mkdir(parents=True, exist_ok=True)
-        if not (self.dir / "latest").exists():
+        tag = self._agreed_tag()
+        if tag is None:
             return {}
-        path, client = self.engine.load_checkpoint(str(self.dir))
+        if not (self.dir / tag).is_dir():
+            raise FileNotFoundError(
+                f"learner rank {self.rank}: rank 0 resumes from checkpoint {tag}, which "
+                f"{self.dir} lacks. Each rank must keep its checkpoint folder across restarts "
+                "(a volume per host), or start afresh with every rank's folder emptied.")
+        path, client = self.engine.load_checkpoint(str(self.dir), tag=tag)
         return dict(client or {}, checkpoint=str(path), optimizer_steps=self.engine.global_steps)
+
+    def _agreed_tag(self) -> str | None:
+        """The tag rank 0's `latest` names (None if it has none), on every rank."""
+        latest = self.dir / "latest"
+        tag = latest.read_text().strip() if self.rank == 0 and latest.exists() else None
+        if self.world > 1:
+            import torch.distributed as dist
+
+            box = [tag]
+            dist.broadcast_object_list(box, src=0)
+            tag = box[0]
+        return tag
 
     def train(self, samples: list[TrainSample]) -> dict[str, float]:
         """One batch: `minibatches` optimizer updates over these samples."""
@@ -185,13 +218,24 @@ class Trainer:
     def save(self, tag: str, client_state: dict) -> None:
         """Write a checkpoint (model, optimizer, client state); keep the newest few."""
         self._bind()
-        self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state)
+        # DeepSpeed would write `latest` before every rank is done; it returns after a barrier.
+        self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,
+                                    save_latest=False)
         if self.rank == 0:
-            tags = sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith("step"))
-            latest = (self.dir / "latest").read_text().strip()
-            for old in tags[:-self.lc.keep_checkpoints]:
-                if old.name != latest:
-                    shutil.rmtree(old, ignore_errors=True)
+            partial = self.dir / "latest.partial"
+            partial.write_text(tag)
+            partial.replace(self.dir / "latest")
+            self._prune(tag, self.lc.keep_checkpoints)
+        elif self.lc.ranks == "bus":
+            # One more here: rank 0 may die before `latest` names this tag, and then resumes
+            # from the one before.
+            self._prune(tag, self.lc.keep_checkpoints + 1)
+
+    def _prune(self, tag: str, keep: int) -> None:
+        tags = sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith("step"))
+        for old in tags[:-keep]:
+            if old.name != tag:
+                shutil.rmtree(old, ignore_errors=True)
 
     def close(self) -> None:
         """Leave the process group (so a later learner in this process can form a new one)."""

@@ -162,6 +162,10 @@ OWNED: dict[str, str] = {
 "Subjects only one role may publish to; denied to all others explicitly."
 
 
+KIND_ROLES: dict[str, str] = {"learner_rank": "learner"}
+"Built-in kinds that connect as another kind's role: a learner rank writes the learner's keys."
+
+
 def roles() -> list[str]:
     """Every role, admin last."""
     return [*ROLE_GRANTS, ADMIN]
@@ -169,7 +173,7 @@ def roles() -> list[str]:
 
 def role_of(kind: str, config: AuthConfig) -> str:
     """The role an actor kind connects as; a ValueError names a kind without one."""
-    role = config.roles.get(kind) or (kind if kind in ROLE_GRANTS else None)
+    role = config.roles.get(kind) or KIND_ROLES.get(kind) or (kind if kind in ROLE_GRANTS else None)
     if role is None:
         raise ValueError(f"actor kind {kind!r} has no NATS role; add it to [auth.roles], e.g. "
                          f"{kind} = \"executor\" (roles: {', '.join(roles())})")
@@ -178,7 +182,8 @@ def role_of(kind: str, config: AuthConfig) -> str:
 
 def kinds_of(role: str, config: AuthConfig) -> list[str]:
     """Actor kinds that connect as `role`: its own kind and any mapped to it."""
-    mapped = sorted(kind for kind, r in config.roles.items() if r == role and kind != role)
+    mapped = sorted(kind for kind, r in {**KIND_ROLES, **config.roles}.items()
+                    if r == role and kind != role)
     return [role, *mapped]
 
 

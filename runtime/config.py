@@ -212,6 +212,7 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
     _check_kinds(cfg, source)
     _check_eval_sampling(cfg, source)
     _check_tls(cfg, source)
+    _check_learner_ranks(cfg, source)
     problem = sync_interval_problem(cfg.bus.sync_interval)
     if problem:
         raise ConfigError(source, "bus.sync_interval", problem)
@@ -268,6 +269,19 @@ def _check_tls(cfg: RunConfig, source: str) -> None:
     if cfg.auth.tls and cfg.auth.tls_cert_file:
         raise ConfigError(source, "auth.tls_cert_file", "set either tls = true (whetstone's "
                           "own CA and client certificates) or tls_cert_file, not both")
+
+
+def _check_learner_ranks(cfg: RunConfig, source: str) -> None:
+    lc, count = cfg.learner, cfg.actors.count.get("learner_rank")
+    if count and lc.ranks != "bus":
+        raise ConfigError(source, "actors.count.learner_rank",
+                          'learner_rank actors need [learner] ranks = "bus" (with "children", '
+                          "the learner starts its other ranks itself)")
+    if count is not None and lc.ranks == "bus" and count != lc.world_size - 1:
+        raise ConfigError(source, "actors.count.learner_rank",
+                          f"{count} ranks besides rank 0, but [learner] world_size = "
+                          f"{lc.world_size} needs {lc.world_size - 1} (or leave it out and run "
+                          "them elsewhere)")
 
 
 def _check_eval_sampling(cfg: RunConfig, source: str) -> None:

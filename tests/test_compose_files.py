@@ -23,7 +23,7 @@ from runtime.auth import AuthConfig, role_of, roles
 from runtime.embedded import server_binary
 
 ROOT = images.ROOT
-ML_KINDS = {"generator", "learner", "evaluator"}
+ML_KINDS = {"generator", "learner", "learner_rank", "evaluator"}
 
 
 def test_dockerfiles_copy_every_package_the_project_installs():

@@ -35,6 +35,9 @@ def test_configs_folder_is_not_empty():
     ("[bus]\nsync_interval = 'sometimes'\n", "bus.sync_interval", "'always' or a duration"),
     ("[bus]\nsync_interval = '2 minutes'\n", "bus.sync_interval", "'always' or a duration"),
     ("[bus]\nsync_interval = '0s'\n", "bus.sync_interval", "above 0"),
+    ("[actors.count]\nlearner_rank = 1\n", "actors.count.learner_rank", 'ranks = "bus"'),
+    ("[learner]\nranks = 'bus'\nworld_size = 3\n[actors.count]\nlearner_rank = 1\n",
+     "actors.count.learner_rank", "world_size = 3 needs 2"),
 ])
 def test_bad_values_name_file_key_and_expectation(tmp_path, text, key, expectation):
     """The error message says which file, which key, and what was expected."""
