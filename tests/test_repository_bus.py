@@ -23,6 +23,7 @@ from judging import repo
 from judging.config import JudgeConfig
 from judging.episode import tool_text
 from runtime.config import RunConfig, SupervisorConfig
+from sandbox.workspace import digest_of
 from sandbox.config import ExecutorConfig, SandboxConfig
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
@@ -119,6 +120,18 @@ async def test_scripted_episode_through_judge_and_executor_gets_full_reward(bus,
     assert "FAILED" in agent.feedback[0] and agent.feedback[-1].rstrip().endswith("OK")
     assert verdict.attempt.workspace[task.verifier.extra["touched"].split(",")[0]] \
         == repo.files_of(task.verifier.reference)[task.verifier.extra["touched"].split(",")[0]]
+    # Per-step credit: one record per turn, chained by workspace hash, from the task's files;
+    # only the fixing write moves the visible count (the docstring edit and reads do not).
+    steps = verdict.attempt.steps
+    assert [s.turn for s in steps] == list(range(len(verdict.attempt.turns)))
+    assert steps[0].state == digest_of(dict(task.files))
+    assert all(b.state == a.next_state for a, b in zip(steps, steps[1:]))
+    assert steps[2].next_state != steps[2].state and steps[2].reward == 0.0  # the replace
+    first = steps[0].passing
+    assert first < 4 and steps[-1].passing == 4 == steps[-1].total
+    assert [s.reward for s in steps if s.reward] == [(4 - first) / 4]
+    assert all(s.end - s.start == len(t.completion_ids) // 4
+               for s, t in zip(steps, verdict.attempt.turns))
 
 
 def _executor_process(tmp_path: Path, url: str) -> subprocess.Popen:
