@@ -44,8 +44,8 @@ from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVers
 from bus.nats_bus import Bus
 from envs.admission import AdmissionCounters, admissible_groups
 from envs.curriculum import Curriculum
-from envs.repair import repair_task
 from envs.intake import KvGateCache, collect, gate_many, while_short
+from envs.repair import repair_task
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.sampler")

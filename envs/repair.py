@@ -64,8 +64,8 @@ def repair_task(verdict: Verdict) -> Task | None:
 
 def what_went_wrong(verdict: Verdict) -> str:
     """The note a repair task's prompt ends with: cause, hidden failures counted, last run."""
-    lines = ["A previous attempt left the repository as it is now and submitted it, but it is "
-             f"not fixed yet ({verdict.cause})."]
+    lines = [("A previous attempt left the repository as it is now and submitted it, but it "
+              f"is not fixed yet ({verdict.cause}).")]
     hidden = next((layer for layer in verdict.layers if layer.name == "hidden"), None)
     if hidden is not None and hidden.total:
         lines.append(f"{hidden.total - hidden.passed} of {hidden.total} hidden tests failed.")

@@ -19,8 +19,8 @@ import numpy as np
 
 from bus.codec import unpack_f32, unpack_ids
 from bus.messages import Attempt, Verdict
-from policy.groups import Group
 from policy.credit import step_advantages, token_advantages
+from policy.groups import Group
 from policy.objective import group_advantages
 
 

@@ -23,8 +23,8 @@ from judging import repo
 from judging.config import JudgeConfig
 from judging.episode import tool_text
 from runtime.config import RunConfig, SupervisorConfig
-from sandbox.workspace import digest_of
 from sandbox.config import ExecutorConfig, SandboxConfig
+from sandbox.workspace import digest_of
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 import torch
 
-from bus.codec import pack_ids
 from bus.messages import Attempt, SessionReply, StepCredit, ToolResult, Verdict
 from judging.episode import tool_text
 from judging.steps import StepStart, start_of, step_credit, token_span
@@ -20,9 +19,9 @@ from policy.groups import GroupBuffer
 from policy.objective import clipped_surrogate
 from sandbox.session import open_session
 from sandbox.workspace import digest_of
+from tests.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_batch import turn
 from tests.test_generator import make_task
-from tests.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_repository import _fix_script, _tasks, local  # noqa: F401
 
 
