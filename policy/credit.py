@@ -19,7 +19,7 @@ Nothing here reads messages, models or the bus.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

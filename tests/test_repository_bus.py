@@ -238,7 +238,7 @@ async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, 
                 verdicts[verdict.verdict_id] = verdict
                 if len(verdicts) == 4:
                     break
-        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+            stats = await _executor_gauges(bus, "executor.sessions.opened", 4)
     finally:
         await anyio.to_thread.run_sync(stack.stop)
     for v in verdicts.values():
@@ -248,5 +248,17 @@ async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, 
         steps = int(a.task.verifier.extra["max_steps"])
         assert len(a.turns) == len(a.tool_calls) <= steps and a.workspace == dict(a.task.files)
         assert all(t.feedback for t in a.turns[:-1])
-    stats = next(b.stats for b in beats.values() if b.kind == "executor")
+        start = digest_of(dict(a.task.files))  # step credit rode along: nothing changed
+        assert len(a.steps) == len(a.turns) and {(s.state, s.reward) for s in a.steps} == {(start, 0.0)}
     assert stats["executor.sessions.opened"] == 4 and stats["executor.workspace.restores"] >= 1
+
+
+async def _executor_gauges(bus, key: str, at_least: float) -> dict[str, float]:
+    """The executor's gauges once a heartbeat shows `key` at `at_least` (beats come every 2 s:
+    the last session may be newer than the last beat)."""
+    while True:
+        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+        stats = next((b.stats for b in beats.values() if b.kind == "executor"), {})
+        if stats.get(key, 0) >= at_least:
+            return stats
+        await anyio.sleep(0.2)
