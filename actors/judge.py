@@ -197,9 +197,12 @@ class Judge:
         next_turn = len(attempt.turns) + 1
         await self.bus.publish(subjects.TURNS, follow, msg_id=f"{attempt.attempt_id}/t{next_turn}")
         self.count("judge.continued")
+        step = attempt.steps[-1] if judgement is None and attempt.steps else None
         log.info("judge.continued", attempt_id=attempt.attempt_id, next_turn=next_turn,
                  cause=judgement.cause if judgement else "tool_call",
-                 reward=judgement.reward if judgement else None)
+                 reward=judgement.reward if judgement else None,
+                 tool=(attempt.tool_calls[-1].name or "malformed") if step else None,
+                 step_reward=step.reward if step else None)
 
     def record(self, attempt: Attempt, judgement: Judgement, retries: int) -> None:
         self.count("judge.verdicts")
