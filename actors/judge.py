@@ -17,7 +17,9 @@ Consumes `Attempt` from `subjects.CONSUMER_ATTEMPTS` and `ExecutionDone` from
   first turn), and its trimmed result goes back on `subjects.TURNS` as the next message;
   at submit or a step or token budget the session is closed and its final workspace is
   judged like any attempt (hidden tests, one turn's penalty). A session whose executor is
-  gone drops the attempt (`infra.session_lost`): no reward.
+  gone drops the attempt (`infra.session_lost`): no reward. Each step's credit (the change
+  in visible tests passing, the workspace hash it started from, its token span:
+  `judging.steps`) is recorded on the attempt as `Attempt.steps`.
 
 Structured attempts, and code that does not compile, are judged without execution. Every
 output id derives from the input's, so a redelivered input never yields a second output.
@@ -46,6 +48,7 @@ from judging.config import JudgeConfig
 from judging.feedback import feedback_for
 from judging.jobs import TaskError, build_job
 from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result
+from judging.steps import start_of, step_credit
 from judging.tools import episode_over, is_tool_task, parse_call, result_message
 from runtime.config import RunConfig
 
@@ -131,12 +134,14 @@ class Judge:
         """Run the tool call of the attempt's newest turn in its session; send the result back
         as the next turn's message, or, once the episode is over, judge the final workspace."""
         task, timeout = attempt.task, self.config.session_timeout_s + 2 * attempt.task.limits.timeout_s
+        opened = None
         if not attempt.session:
             opened = await self.bus.request(subjects.SESSION_OPEN, SessionRequest(
                 session_id=attempt.attempt_id, op="open", task=task), SessionReply, timeout_s=timeout)
             if opened is None or not opened.ok:
                 return await self.session_lost(attempt, opened)
             attempt = msgspec.structs.replace(attempt, session=opened.executor)
+        start = start_of(attempt, opened)
         call = parse_call(attempt.turns[-1].completion)
         if isinstance(call, str):
             call, result = ToolCall(name=""), ToolResult(name="", ok=False, output=call)
@@ -150,7 +155,8 @@ class Judge:
             await self.session_request(attempt, "close", timeout)
             return await self.finish(attempt, dropped(Cause("infra.sandbox", result.infra), [], []),
                                      retries=0, spent=0.0)
-        attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, call])
+        attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, call],
+                                          steps=[*attempt.steps, step_credit(attempt, start, result)])
         self.count(f"judge.tool.{call.name or 'malformed'}")
         sampled = len(attempt.turns[-1].completion_ids) > 0
         if not episode_over(task, attempt.tool_calls, completion_tokens(attempt), sampled):
@@ -191,9 +197,12 @@ class Judge:
         next_turn = len(attempt.turns) + 1
         await self.bus.publish(subjects.TURNS, follow, msg_id=f"{attempt.attempt_id}/t{next_turn}")
         self.count("judge.continued")
+        step = attempt.steps[-1] if judgement is None and attempt.steps else None
         log.info("judge.continued", attempt_id=attempt.attempt_id, next_turn=next_turn,
                  cause=judgement.cause if judgement else "tool_call",
-                 reward=judgement.reward if judgement else None)
+                 reward=judgement.reward if judgement else None,
+                 tool=(attempt.tool_calls[-1].name or "malformed") if step else None,
+                 step_reward=step.reward if step else None)
 
     def record(self, attempt: Attempt, judgement: Judgement, retries: int) -> None:
         self.count("judge.verdicts")

@@ -8,7 +8,8 @@ generation) when one of those is replaced. Each verdict is counted once
 however often it is delivered: the consumer rebinds a redelivery of a verdict held here to
 the held handle, and a copy whose id the ledger already holds is kept out of the buffer and
 acked with the checkpoint that records it. Groups (attempts sharing a
-`group_id`) are trained whole with group-relative advantages; dropped verdicts are never
+`group_id`) are trained whole with group-relative advantages (per token with
+`learner.credit = "step"`: `policy.credit`); dropped verdicts are never
 trained and count as missing members; samples older than `training.staleness` versions are
 rejected and counted. Publishes bf16 weights in the object store and the new
 `WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
@@ -188,7 +189,8 @@ class Learner:
         began = time.monotonic()
         t = self.config.training
         batch = assemble(groups, self.version, t.staleness, self.lc.scale_rewards,
-                         self.config.model.max_context, keep_no_signal=self.lc.kl_coef > 0)
+                         self.config.model.max_context, keep_no_signal=self.lc.kl_coef > 0,
+                         credit=self.lc.credit, step_weight=self.lc.step_weight)
         metrics = await self.ranks.call("train", batch.samples) if batch.samples else {}
         trained_at = time.time()
         self.unpublished += bool(batch.samples)

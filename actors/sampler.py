@@ -7,6 +7,10 @@ on `whet.v1.tasks`, with ids derived from a persisted sequence number, so a rest
 sampler re-publishes the same ids and JetStream stores each once.
 
 - What: `envs.curriculum` (band, ladder, mix, replay) chooses among gated training tasks.
+  With `sampler.repair_tasks`, a tool episode the model failed becomes a repair task in the
+  same pool (`envs.repair`; never from a held-out task), counted in the `repair_tasks`
+  gauge and logged as `sampler.repair_task_added`. They live in this process: a restarted
+  sampler starts without them.
 - How much: `envs.admission` admits whole groups while
   in_flight + produced <= (learner step + staleness + 1) * batch_size, and nothing once the
   learner step reaches `training.max_steps` (when set), where the learner step
@@ -41,6 +45,7 @@ from bus.nats_bus import Bus
 from envs.admission import AdmissionCounters, admissible_groups
 from envs.curriculum import Curriculum
 from envs.intake import KvGateCache, collect, gate_many, while_short
+from envs.repair import repair_task
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.sampler")
@@ -64,6 +69,8 @@ class Sampler:
         self.skip_ids: set[str] = set()
         self.changed = anyio.Event()
         self.id_prefix = subjects.token(bus.identity.run_id or "run")
+        self.repairs = 0
+        "Repair tasks added to the pool by this process (`envs.repair`)."
 
     def wake(self) -> None:
         self.changed.set()
@@ -136,12 +143,29 @@ class Sampler:
         if verdict.outcome != "dropped":  # an infrastructure failure says nothing of the task
             self.curriculum.record(verdict.attempt.task.task_id, verdict.outcome == "pass",
                                    verdict.attempt.group_id)
+        if self.config.sampler.repair_tasks:
+            self.reuse_failure(verdict)
         self.counters.judged += 1
         self.counters.produced += 1 if verdict.trainable else 0
         self.counted_ids.append(verdict.verdict_id)
         delivery.defer()
         self.unacked.append(delivery)
         self.wake()
+
+    def reuse_failure(self, verdict: Verdict) -> None:
+        """Add the repair task a failed tool episode gives to the pool (`envs.repair`)."""
+        if self.repairs >= self.config.sampler.max_repair_tasks:
+            return
+        task = repair_task(verdict)
+        if task is None or task.task_id in self.tasks:
+            return
+        self.tasks[task.task_id] = task
+        self.curriculum.add(task.task_id, task.domain, int(task.difficulty), task.split)
+        self.repairs += 1
+        self.bus.stats.gauges[gauges.SAMPLER_REPAIR_TASKS] = float(self.repairs)
+        log.info("sampler.repair_task_added", task_id=task.task_id,
+                 source=verdict.attempt.task.task_id, verdict_id=verdict.verdict_id,
+                 cause=verdict.cause, repairs=self.repairs)
 
     async def flush(self) -> None:
         """Settle counted verdicts every FLUSH_S."""

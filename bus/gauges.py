@@ -40,6 +40,8 @@ LEARNER_HELD = "held_attempts"
 "Learner: judged attempts gathered toward its next step."
 LEARNER_WAITING_FOR_ROUND = "waiting_for_round"
 "Learner: the version whose held-out round it waits for before moving past it (-1: none)."
+SAMPLER_REPAIR_TASKS = "repair_tasks"
+"Sampler: repair tasks made from failed tool episodes and added to the pool (`envs.repair`)."
 SANDBOX_CPU_S = "sandbox_cpu_s"
 """Executor, sampler, evaluator: CPU seconds their sandboxed jobs used so far, as the jobs'
 own cgroups measured them (sandboxed processes never show in their parents' CPU counters)."""

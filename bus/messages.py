@@ -198,6 +198,9 @@ class Attempt(Message, tag="whet.attempt.v1"):
     "Tool episodes: paths the episode tried to write outside its workspace."
     tool_calls: list[ToolCall] = []
     "Tool episodes: the call each turn made, in order (a malformed one as name '')."
+    steps: list[StepCredit] = []
+    """Tool episodes: each step's credit (the judge records one per turn): the workspace state
+    it started from, the change in visible tests passing, and its tokens' span."""
 
 
 class Job(Part):
@@ -309,6 +312,34 @@ class ToolResult(Part):
     "True when the call tried to write outside the workspace (a hack sign)."
     infra: str = ""
     "Set when the sandbox itself failed while running the call (never the model's fault)."
+    passing: int = -1
+    """Visible tests passing in the workspace after this call: this call's run of all of them,
+    or a run made after a call that changed the workspace (not shown to the model), or carried
+    from the call before; -1 when unknown."""
+    digest: str = ""
+    "Content hash of the workspace after this call (`sandbox.workspace.digest_of`)."
+
+
+class StepCredit(Part):
+    """One step of a tool episode, for per-step credit (`policy.credit`): recorded by the judge
+    on the attempt, read by the learner with `[learner] credit = "step"`."""
+
+    turn: int
+    "The turn whose completion made this step's tool call."
+    state: str
+    "Content hash of the workspace when the step began: steps from equal states share a baseline."
+    reward: float = 0.0
+    "Change in visible tests passing over the step, as a share of the visible tests (0 if unknown)."
+    passing: int = -1
+    "Visible tests passing after the step (-1 if unknown)."
+    total: int = -1
+    "Visible tests in the suite (-1 if unknown)."
+    next_state: str = ""
+    "Content hash of the workspace after the step."
+    start: int = 0
+    "First token of the step's completion in the trajectory (every turn's prompt ids, then completion ids)."
+    end: int = 0
+    "One past its last token."
 
 
 class SessionRequest(Message, tag="whet.session_request.v1"):
@@ -349,6 +380,10 @@ class SessionReply(Message, tag="whet.session_reply.v1"):
     "Content hash of the workspace (ops 'open' and 'close')."
     setup_s: float = 0.0
     "Seconds the workspace took to set up (op 'open'); a cache restore is far below a build."
+    visible_passed: int = -1
+    "Visible tests passing in the workspace as opened (op 'open'; -1 if unknown)."
+    visible_total: int = -1
+    "Visible tests in the workspace as opened (op 'open'; -1 if unknown)."
 
 
 # --- verdicts ----------------------------------------------------------------------------

@@ -113,6 +113,12 @@ class SamplerConfig(Section):
      "for training.")
     snapshot_s: Positive = 30.0
     "Seconds between saves of per-task pass rates (counters are saved with every change)."
+    repair_tasks: bool = False
+    ("Turn tool episodes the model failed (not infrastructure, not a hack) into repair tasks "
+     "that start from the failed attempt's last workspace (`envs.repair`), added to the pool "
+     "of the same domain and rung. Never from held-out or validation tasks.")
+    max_repair_tasks: Annotated[int, msgspec.Meta(ge=0)] = 64
+    "Most repair tasks added to the pool (the first ones are kept)."
 
     def __post_init__(self) -> None:
         if self.band_low >= self.band_high:

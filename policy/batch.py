@@ -4,7 +4,8 @@ Consumes groups of verdicts (`policy.groups.Group`), the learner's policy versio
 staleness bound; produces `TrainSample`s (token ids, which tokens the model sampled, their
 behaviour logprobs, the advantage) and per-batch counts: dropped, stale, without signal.
 Multi-turn attempts train on every model turn's completion; prompts and feedback are
-context only. Also shards samples across ranks and micro-batches, and collates them.
+context only. With per-step credit (`credit="step"`), a tool episode's tokens get their own
+advantages (`policy.credit`: the trajectory's plus their step's, from `Attempt.steps`). Also shards samples across ranks and micro-batches, and collates them.
 
 It does not run the model.
 """
@@ -18,6 +19,7 @@ import numpy as np
 
 from bus.codec import unpack_f32, unpack_ids
 from bus.messages import Attempt, Verdict
+from policy.credit import step_advantages, token_advantages
 from policy.groups import Group
 from policy.objective import group_advantages
 
@@ -36,6 +38,8 @@ class TrainSample:
     "True where the token was sampled by the policy (a completion token)."
     behav: np.ndarray
     "Behaviour logprob of each token (0 where not sampled)."
+    token_advantages: np.ndarray | None = None
+    "Advantage of each token (per-step credit); None: `advantage` for every token."
 
     @property
     def tokens(self) -> int:
@@ -130,15 +134,27 @@ def _usable(verdict: Verdict) -> bool:
             and verdict.attempt.purpose == "train")
 
 
+def _step_advantages(verdicts: list[Verdict], rewards: list[float | None],
+                     scale: bool) -> list[list[float] | None]:
+    """Each usable attempt's step advantages (`policy.credit`), None for the others."""
+    return step_advantages([[(s.state, s.reward) for s in v.attempt.steps] if r is not None
+                            else None for v, r in zip(verdicts, rewards)], scale)
+
+
 def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: bool,
-             max_len: int, keep_no_signal: bool = False) -> Assembled:
-    """Advantages per group, then the samples worth a gradient."""
+             max_len: int, keep_no_signal: bool = False, credit: str = "trajectory",
+             step_weight: float = 1.0) -> Assembled:
+    """Advantages per group (with `credit="step"`, per token: `policy.credit`), then the
+    samples worth a gradient."""
     out = Assembled()
     for group in groups:
         verdicts = [v for v, _ in group.members.values()]
         out.consumed += [v.verdict_id for v in verdicts]
         rewards = [v.reward if _usable(v) else None for v in verdicts]
-        for verdict, reward, adv in zip(verdicts, rewards, group_advantages(rewards, scale)):
+        steps = (_step_advantages(verdicts, rewards, scale) if credit == "step"
+                 else [None] * len(verdicts))
+        for verdict, reward, adv, step_adv in zip(verdicts, rewards,
+                                                  group_advantages(rewards, scale), steps):
             if adv is None or reward is None:
                 out.leave_out(verdict.verdict_id, "dropped")
                 continue
@@ -149,7 +165,12 @@ def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: b
             if lag > max_staleness:
                 out.leave_out(verdict.verdict_id, "stale")
                 continue
-            if adv == 0.0 and not keep_no_signal:
+            per_token = None
+            if step_adv and any(step_adv):
+                spans = [(s.start, s.end) for s in verdict.attempt.steps]
+                per_token = token_advantages(min(_length(verdict.attempt), max_len), adv, spans,
+                                             step_adv, step_weight)
+            if adv == 0.0 and per_token is None and not keep_no_signal:
                 out.leave_out(verdict.verdict_id, "no_signal")
                 continue
             ids, sampled, behav = trajectory(verdict.attempt, max_len)
@@ -159,8 +180,12 @@ def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: b
             out.staleness.append(lag)
             out.samples.append(TrainSample(verdict.verdict_id, group.group_id,
                                            verdict.attempt.policy_version, adv, ids, sampled,
-                                           behav))
+                                           behav, per_token))
     return out
+
+
+def _length(attempt: Attempt) -> int:
+    return sum((len(t.prompt_ids) + len(t.completion_ids)) // 4 for t in attempt.turns)
 
 
 def split_even(items: list, parts: int) -> list[list]:
@@ -197,7 +222,8 @@ def collate(samples: list[TrainSample], pad_id: int) -> dict[str, np.ndarray]:
     for r, s in enumerate(samples):
         n = len(s.ids)
         ids[r, :n], attention[r, :n] = s.ids, 1
-        sampled[r, :n], behav[r, :n], adv[r, :n] = s.sampled, s.behav, s.advantage
+        sampled[r, :n], behav[r, :n] = s.sampled, s.behav
+        adv[r, :n] = s.advantage if s.token_advantages is None else s.token_advantages
     return {"input_ids": ids, "attention_mask": attention, "targets": ids[:, 1:],
             "mask": sampled[:, 1:], "behav": behav[:, 1:], "advantages": adv[:, 1:]}
 

@@ -125,6 +125,13 @@ class LearnerConfig(Section):
     "Weight of the KL penalty to the initial (reference) policy; 0 skips the reference model."
     scale_rewards: bool = True
     "Divide group-relative advantages by the group's reward standard deviation."
+    credit: Literal["trajectory", "step"] = "trajectory"
+    ("trajectory: every token of an attempt gets its group-relative advantage. step: tool "
+     "episodes' tokens also get the advantage of the step that produced them (the change in "
+     "visible tests passing, against the group's steps from the same workspace state; "
+     "`policy.credit`); other attempts are trained as with trajectory.")
+    step_weight: Annotated[float, msgspec.Meta(ge=0)] = 1.0
+    "With credit = \"step\": how much a step's advantage adds to its tokens' trajectory advantage."
     publish_every: Positive = 1
     "Publish weights after every N optimizer steps."
     checkpoint_every: Positive = 1

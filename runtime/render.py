@@ -19,7 +19,7 @@ from bus.messages import ActorFailure
 from runtime.status import ActorRow, StackStatus
 
 _KEY_GAUGES = (gauge_names.GENERATOR_TOKENS_PER_S, gauge_names.EXECUTOR_JOBS_PER_S,
-               gauge_names.LEARNER_STEP_TIME_S)
+               gauge_names.LEARNER_STEP_TIME_S, gauge_names.SAMPLER_REPAIR_TASKS)
 
 _STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow",
                 "dead": "bold red", "stopped": "dim"}

@@ -6,7 +6,15 @@ paths; `run_tests` runs the visible unittest suite (or one test) as a sandboxed 
 workspace's files, under the task's limits and the backend's isolation, exactly as any
 other job (the job's files are read-only to it, so a test run cannot change the
 workspace). A path outside the workspace is refused and recorded. Results are trimmed to
-`result_chars`. It does not parse model text (`judging.tools` does) or judge anything.
+`result_chars`.
+
+For per-step credit every result also says how many visible tests pass in the workspace
+after the call, and the workspace's content hash: a call that changed the workspace is
+followed by a run of the whole visible suite that the model is not shown (about 0.03 s of
+wall time and 0.01 s of sandbox CPU per write on the local backend, against seconds for a
+model turn: `bench/step_credit_cost.py`, `bench/results/step_credit.txt`); a call
+that changed nothing carries the count from before. It does not parse model text
+(`judging.tools` does) or judge anything.
 """
 
 from __future__ import annotations
@@ -79,6 +87,10 @@ class Session:
         self.results: list[ToolResult] = []
         "Each call's result, in order (a repeated step is answered from here)."
         self.chars = budget(task, "result_chars", 1500)
+        self.digest = self.opened = workspace.digest()
+        "Content hash of the workspace now, and as opened."
+        self.passing = int(workspace.prepared.get("visible_passed", -1))
+        "Visible tests passing in the workspace now (-1 if unknown)."
 
     async def call(self, call: ToolCall, step: int | None = None) -> ToolResult:
         """Run one call; `step` (calls made before it) makes a repeated request idempotent."""
@@ -91,9 +103,21 @@ class Session:
                 "write_file", "replace"))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             result = ToolResult(name=call.name, ok=False, output=f"{type(exc).__name__}: {exc}")
-        result = ToolResult(**{**_fields(result), "output": trim(result.output, self.chars)})
+        await self._follow(call, result)
+        result = ToolResult(**{**_fields(result), "output": trim(result.output, self.chars),
+                               "passing": self.passing, "digest": self.digest})
         self.results.append(result)
         return result
+
+    async def _follow(self, call: ToolCall, result: ToolResult) -> None:
+        """Keep `digest` and `passing` up to date after `call` (for per-step credit)."""
+        digest = self.workspace.digest()
+        if call.name == "run_tests" and not call.arguments.get("test") and result.visible_total >= 0:
+            self.passing = result.visible_passed
+        elif digest != self.digest:
+            measured = await run_visible(self.backend, self.task, self.workspace.files())
+            self.passing = -1 if measured.infra else measured.visible_passed
+        self.digest = digest
 
     async def _run(self, call: ToolCall) -> ToolResult:
         args, ws, name = call.arguments, self.workspace, call.name

@@ -73,7 +73,10 @@ class SessionHost:
             log.info("session.opened", session_id=request.session_id,
                      setup_s=round(session.setup_s, 4), task_id=request.task.task_id)
         session = self.sessions[request.session_id][0]
-        return self.reply(request, digest=session.workspace.digest(), setup_s=session.setup_s)
+        prepared = session.workspace.prepared
+        return self.reply(request, digest=session.opened, setup_s=session.setup_s,
+                          visible_passed=int(prepared.get("visible_passed", -1)),
+                          visible_total=int(prepared.get("visible_total", -1)))
 
     def close(self, request: SessionRequest, session: Session) -> SessionReply:
         refused = list(session.workspace.refused)

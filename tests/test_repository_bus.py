@@ -24,6 +24,7 @@ from judging.config import JudgeConfig
 from judging.episode import tool_text
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import ExecutorConfig, SandboxConfig
+from sandbox.workspace import digest_of
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +120,18 @@ async def test_scripted_episode_through_judge_and_executor_gets_full_reward(bus,
     assert "FAILED" in agent.feedback[0] and agent.feedback[-1].rstrip().endswith("OK")
     assert verdict.attempt.workspace[task.verifier.extra["touched"].split(",")[0]] \
         == repo.files_of(task.verifier.reference)[task.verifier.extra["touched"].split(",")[0]]
+    # Per-step credit: one record per turn, chained by workspace hash, from the task's files;
+    # only the fixing write moves the visible count (the docstring edit and reads do not).
+    steps = verdict.attempt.steps
+    assert [s.turn for s in steps] == list(range(len(verdict.attempt.turns)))
+    assert steps[0].state == digest_of(dict(task.files))
+    assert all(b.state == a.next_state for a, b in zip(steps, steps[1:]))
+    assert steps[2].next_state != steps[2].state and steps[2].reward == 0.0  # the replace
+    first = steps[0].passing
+    assert first < 4 and steps[-1].passing == 4 == steps[-1].total
+    assert [s.reward for s in steps if s.reward] == [(4 - first) / 4]
+    assert all(s.end - s.start == len(t.completion_ids) // 4
+               for s, t in zip(steps, verdict.attempt.turns))
 
 
 def _executor_process(tmp_path: Path, url: str) -> subprocess.Popen:
@@ -225,7 +238,7 @@ async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, 
                 verdicts[verdict.verdict_id] = verdict
                 if len(verdicts) == 4:
                     break
-        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+            stats = await _executor_gauges(bus, "executor.sessions.opened", 4)
     finally:
         await anyio.to_thread.run_sync(stack.stop)
     for v in verdicts.values():
@@ -235,5 +248,17 @@ async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, 
         steps = int(a.task.verifier.extra["max_steps"])
         assert len(a.turns) == len(a.tool_calls) <= steps and a.workspace == dict(a.task.files)
         assert all(t.feedback for t in a.turns[:-1])
-    stats = next(b.stats for b in beats.values() if b.kind == "executor")
+        start = digest_of(dict(a.task.files))  # step credit rode along: nothing changed
+        assert len(a.steps) == len(a.turns) and {(s.state, s.reward) for s in a.steps} == {(start, 0.0)}
     assert stats["executor.sessions.opened"] == 4 and stats["executor.workspace.restores"] >= 1
+
+
+async def _executor_gauges(bus, key: str, at_least: float) -> dict[str, float]:
+    """The executor's gauges once a heartbeat shows `key` at `at_least` (beats come every 2 s:
+    the last session may be newer than the last beat)."""
+    while True:
+        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+        stats = next((b.stats for b in beats.values() if b.kind == "executor"), {})
+        if stats.get(key, 0) >= at_least:
+            return stats
+        await anyio.sleep(0.2)
