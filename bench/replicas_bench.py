@@ -26,9 +26,12 @@ from pathlib import Path
 
 import anyio
 import nats
+import nats.errors
+from nats.js import api
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bus_bench import SYNC_PHASES, fresh_stream, one_kb, raw_consume  # noqa: E402
+from bus_bench import (DURABLE, STREAM, SYNC_PHASES, fresh_stream, one_kb,  # noqa: E402
+                       raw_consume)
 
 from bus.codec import encode  # noqa: E402
 from runtime.embedded_cluster import EmbeddedCluster  # noqa: E402
@@ -36,6 +39,28 @@ from runtime.embedded_cluster import EmbeddedCluster  # noqa: E402
 INTERVALS = ("2m", "always")
 REPLICAS = (1, 3)
 PHASES = ("publish, sync", "publish, async", "consume, ack", "consume, ack_sync")
+
+
+async def led(info_call) -> None:
+    """Wait until the stream or consumer `info_call` describes has an elected leader: a
+    replicated one answers nothing until then, and the wait is not what is measured."""
+    with anyio.fail_after(30):
+        while True:
+            try:
+                info = await info_call()
+                if info.cluster is None or info.cluster.leader:
+                    return
+            except (nats.errors.Error, TimeoutError):
+                pass
+            await anyio.sleep(0.05)
+
+
+async def ready_consumer(nc) -> None:
+    """The durable `raw_consume` reads, created and led before the clock starts."""
+    js = nc.jetstream()
+    await js.add_consumer(STREAM, api.ConsumerConfig(durable_name=DURABLE, max_ack_pending=4096,
+                                                     ack_policy=api.AckPolicy.EXPLICIT))
+    await led(lambda: js.consumer_info(STREAM, DURABLE))
 
 
 async def measure(args) -> dict[tuple[str, int, str], float]:
@@ -53,8 +78,10 @@ async def measure(args) -> dict[tuple[str, int, str], float]:
                     for replicas in (REPLICAS if i % 2 == 0 else REPLICAS[::-1]):
                         for phase, (publish, consume_phase, confirmed) in SYNC_PHASES.items():
                             await fresh_stream(nc, replicas)
+                            await led(lambda: nc.jetstream().stream_info(STREAM))
                             runs.setdefault((interval, replicas, phase), []).append(
                                 await publish(nc, payloads))
+                            await ready_consumer(nc)
                             runs.setdefault((interval, replicas, consume_phase), []).append(
                                 await raw_consume(nc, len(payloads), confirmed))
             for nc in conns.values():
