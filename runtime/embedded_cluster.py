@@ -120,6 +120,11 @@ class EmbeddedCluster:
         return ""
 
 
+def stored_nodes(store_dir: Path) -> int:
+    """How many nodes of a local cluster left their stores under `store_dir` (0: none)."""
+    return sum(1 for d in Path(store_dir).glob("node*") if (d / "jetstream").is_dir())
+
+
 def monitoring(node: EmbeddedServer, path: str) -> dict | None:
     """A monitoring endpoint's JSON from a running node; None if it does not answer."""
     if not node.proc or node.proc.poll() is not None or not node.monitoring_url:
