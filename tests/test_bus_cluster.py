@@ -16,6 +16,7 @@ import msgspec
 import pytest
 
 from bus import subjects
+from bus import consumer as consumer_module
 from bus.consumer import consume
 from bus.errors import BusError, ConfigError
 from bus.messages import ScaleTarget
@@ -199,3 +200,38 @@ async def test_review_reads_a_stopped_cluster_runs_stores(tmp_path):
     out = whet(run, "review", "--per-stratum", "1", stdin="q\n")
     assert out.returncode == 0, out.stderr
     assert "7 trials in run r-1" in out.stdout and "g9.0" not in shown(out.stdout)
+
+
+async def test_a_consumer_without_a_leader_waits_instead_of_spinning(nats_cluster):
+    """While its killed leader is replaced, a consumer's pulls get "no responders" (503); it
+    pauses between them (a few a second, not thousands) and takes work once one is elected."""
+    bus = await connect(nats_cluster.url, 3)
+    seen: list[int] = []
+
+    async def handle(msg: ScaleTarget, delivery) -> None:
+        seen.append(msg.count)
+
+    async def consumer_leader() -> str:
+        info = await bus.js.consumer_info(subjects.STREAM_TASKS, subjects.CONSUMER_TASKS.durable)
+        return info.cluster.leader or ""
+
+    try:
+        await bus.ensure_topology(topology(RunConfig()))
+        async with anyio.create_task_group() as tg:
+            await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, ScaleTarget, handle,
+                                   drain_s=1))
+            await bus.publish(subjects.TASKS, ScaleTarget(kind="t", count=0, requested_at=0.0),
+                              msg_id="m0")
+            await until(lambda: seen == [0], 30)
+            leader = await patiently(consumer_leader)
+            sent, began = bus.nc.stats["out_msgs"], time.monotonic()
+            nats_cluster.node(leader).kill()
+            await until(lambda: patiently(consumer_leader), 60)
+            pulls, took = bus.nc.stats["out_msgs"] - sent, time.monotonic() - began
+            assert pulls < 20 + 3 * took / consumer_module.NO_LEADER_PAUSE_S, (pulls, took)
+            await bus.publish(subjects.TASKS, ScaleTarget(kind="t", count=1, requested_at=0.0),
+                              msg_id="m1")
+            await until(lambda: seen == [0, 1], 60, lambda: f"seen {seen}")
+            bus.stopping.set()
+    finally:
+        await bus.close()
