@@ -42,7 +42,17 @@ LED = (subjects.STREAM_VERDICTS, subjects.STREAM_TASKS, subjects.STREAM_ATTEMPTS
        subjects.STREAM_EXEC, subjects.STREAM_EXEC_DONE,
        subjects.kv_stream(subjects.BUCKET_ACTORS), subjects.kv_stream(subjects.BUCKET_RUN))
 "Streams whose leaders each kill reports (what the killed node was leading)."
+CONSUMERS = (subjects.CONSUMER_TASKS, subjects.CONSUMER_ATTEMPTS, subjects.CONSUMER_EXEC,
+             subjects.CONSUMER_EXEC_DONE, subjects.CONSUMER_LEARNER)
+"Work consumers, each its own raft group with its own leader: each kill reports those it led."
 BUS_TEXT = "ack_wait_s = 3.0\nrequest_timeout_s = 2.0\nreplicas = 3"
+
+
+async def consumer_leader(bus: Bus, spec) -> str:
+    async def ask() -> str:
+        info = await bus.js.consumer_info(spec.stream, spec.durable)
+        return info.cluster.leader if info.cluster and info.cluster.leader else ""
+    return await patiently(ask)
 
 
 async def leader_of(bus: Bus, stream: str) -> str:
@@ -74,11 +84,12 @@ class ClusterChaos(Chaos):
     async def kill_one(self, target: str) -> None:
         meta = await anyio.to_thread.run_sync(self.cluster.meta_leader)
         leaders = {s: await leader_of(self.bus, s) for s in LED}
+        consumers = {c.durable: await consumer_leader(self.bus, c) for c in CONSUMERS}
         name = meta if target == "meta" else await leader_of(self.bus, target)
         node = self.cluster.node(name)
         before = await patiently(lambda: verdict_count(self.bus))
         node.kill()
-        killed_at = time.monotonic()
+        killed_at, killed_wall = time.monotonic(), time.time()
         stall: list[float] = []
         elected: list[float] = []
         async with anyio.create_task_group() as tg:
@@ -90,8 +101,9 @@ class ClusterChaos(Chaos):
             await anyio.to_thread.run_sync(lambda: self.cluster.wait_ready(60, [node]))
         self.last_server_start = time.time()
         self.killed.append(("nats", node.pid or 0))
-        self.kills.append({"target": target, "node": name, "meta": name == meta,
+        self.kills.append({"target": target, "node": name, "meta": name == meta, "at": killed_wall,
                            "led": sorted(s for s, who in leaders.items() if who == name),
+                           "consumers": sorted(c for c, who in consumers.items() if who == name),
                            "down_s": down_s, "stall_s": stall[0], "elected_s": elected[0]})
 
     async def time_to_next_verdict(self, before: int, killed_at: float,
@@ -114,9 +126,9 @@ class ClusterChaos(Chaos):
 
     async def elected(self, target: str, killed: str, since: datetime) -> bool:
         if target != "meta":
-            info = await patiently(lambda: self.bus.js.stream_info(target))
-            return bool(info.cluster.leader and info.cluster.leader_since
-                        and info.cluster.leader_since > since)
+            leader = (await patiently(lambda: self.bus.js.stream_info(target))).cluster
+            return bool(leader.leader) and (leader.leader != killed or bool(
+                leader.leader_since and leader.leader_since > since))
         for node in self.cluster.nodes:  # a survivor may still name the dead leader
             jsz = await anyio.to_thread.run_sync(monitoring, node, "/jsz")
             leader = (jsz or {}).get("meta_cluster", {}).get("leader", "")
@@ -127,11 +139,11 @@ class ClusterChaos(Chaos):
 
 def kill_table(kills: list[dict]) -> str:
     lines = [f"{'kill':>4} {'node':>8} {'target':>18} {'meta':>5} {'down s':>7} "
-             f"{'new leader s':>12} {'no work s':>9}  streams it led"]
+             f"{'new leader s':>12} {'no work s':>9}  streams | consumers it led"]
     for n, k in enumerate(kills, 1):
         lines.append(f"{n:>4} {k['node']:>8} {k['target']:>18} {'yes' if k['meta'] else '':>5} "
                      f"{k['down_s']:>7.1f} {k['elected_s']:>12.1f} {k['stall_s']:>9.1f}  "
-                     f"{', '.join(k['led']) or '-'}")
+                     f"{', '.join(k['led']) or '-'} | {', '.join(k['consumers']) or '-'}")
     return "\n".join(lines)
 
 
