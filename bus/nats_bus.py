@@ -18,6 +18,7 @@ import re
 import socket
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Awaitable, Callable, TypeVar
 
 import anyio
@@ -247,6 +248,19 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
             if exc.err_code not in REPLICAS_REFUSED:
                 raise
             raise BusError(_too_few_nodes(self.settings, str(exc.description))) from exc
+        if replicas > 1:  # ready means usable: each replicated stream has elected a leader
+            for name in [s.name for s in specs] + [
+                    subjects.kv_stream(b) for b in (subjects.BUCKET_POLICY, subjects.BUCKET_ACTORS,
+                                                    subjects.BUCKET_RUN)] + [
+                    subjects.object_stream(subjects.BUCKET_WEIGHTS)]:
+                await retry(partial(self._led, name), what=f"no leader for stream {name}",
+                            deadline_s=self.settings.publish_deadline_s, first_delay_s=0.05,
+                            max_delay_s=0.25)
+
+    async def _led(self, stream: str) -> None:
+        info = await self.js.stream_info(stream)
+        if info.cluster is not None and not info.cluster.leader:
+            raise TimeoutError(f"stream {stream} has no leader yet")
 
     async def _replicate(self, stream: str) -> None:
         """Give an existing bucket's stream the configured replicas (a bucket made before
@@ -295,6 +309,15 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim):
             await self.js.consumer_info(spec.stream, spec.durable)
         except nats.js.errors.NotFoundError:
             await self.js.add_consumer(spec.stream, config)
+        if self.settings.replicas > 1:  # a replicated consumer serves once it has a leader
+            await retry(partial(self._consumer_led, spec), what=f"no leader for {spec.durable}",
+                        deadline_s=self.settings.publish_deadline_s, first_delay_s=0.05,
+                        max_delay_s=0.25)
+
+    async def _consumer_led(self, spec: subjects.ConsumerSpec) -> None:
+        info = await self.js.consumer_info(spec.stream, spec.durable)
+        if info.cluster is not None and not info.cluster.leader:
+            raise TimeoutError(f"consumer {spec.durable} has no leader yet")
 
     # --- publishing ----------------------------------------------------------------------
 

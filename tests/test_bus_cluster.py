@@ -7,6 +7,7 @@ the client is connected to among them.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import Counter
 from functools import partial
@@ -235,3 +236,42 @@ async def test_a_consumer_without_a_leader_waits_instead_of_spinning(nats_cluste
             bus.stopping.set()
     finally:
         await bus.close()
+
+
+async def test_whet_up_on_a_local_cluster_replicates_and_stops_every_node(tmp_path):
+    """`whet up` with embedded_nodes = 3 and replicas = 3: the actors come up on the three
+    nodes, the streams keep three replicas, and a stop (SIGTERM) ends every node."""
+    import signal
+
+    from runtime import status as status_mod
+    from runtime.embedded import alive
+    from tests.test_stop import start_whet
+
+    proc = start_whet(tmp_path, "[bus]\nembedded_nodes = 3\nreplicas = 3\n")
+    try:
+        run = tmp_path / "runs" / "latest"
+        await until(lambda: (run / "ready").exists(), 90, "the stack is not ready")
+        url = (run / "nats.url").read_text().strip()
+        assert len(servers(url)) == 3
+        pids = [int(f.stem.rsplit("_", 1)[1]) for f in (run / "nats").glob("node*/ports/*.ports")]
+        assert len(pids) == 3 and all(alive(p) for p in pids)
+        bus = await connect(url, 3)
+        try:
+            async def probes_live() -> bool:  # a consumer listing may time out at first
+                return (await patiently(lambda: status_mod.gather(bus))).live("probe") == 2
+            await until(probes_live, 90, "two probe actors live")
+            info = await bus.js.stream_info(subjects.STREAM_VERDICTS)
+            assert info.config.num_replicas == 3
+        finally:
+            await bus.close()
+        proc.stdout.close()
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=90)) == 0
+        deadline = time.monotonic() + 30
+        while any(alive(p) for p in pids):
+            assert time.monotonic() < deadline, "a nats-server node outlived the stack"
+            await anyio.sleep(0.1)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
