@@ -69,7 +69,7 @@ def rollout(i: int) -> Attempt:
 STREAM, SUBJECT, DURABLE = "BENCH", "bench.msgs", "bench"
 
 
-async def fresh_stream(nc) -> None:
+async def fresh_stream(nc, replicas: int = 1) -> None:
     js = nc.jetstream()
     try:
         await js.delete_stream(STREAM)
@@ -77,7 +77,8 @@ async def fresh_stream(nc) -> None:
         pass
     await js.add_stream(api.StreamConfig(name=STREAM, subjects=[SUBJECT],
                                          retention=api.RetentionPolicy.WORK_QUEUE,
-                                         storage=api.StorageType.FILE, duplicate_window=600))
+                                         storage=api.StorageType.FILE, duplicate_window=600,
+                                         num_replicas=replicas))
 
 
 async def raw_publish(nc, payloads: list[bytes]) -> float:

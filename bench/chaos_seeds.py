@@ -28,18 +28,20 @@ def seeds(spec: str) -> list[int]:
     return out
 
 
-def run_one(seed: int, replicas: int, rounds: int, log: Path) -> tuple[bool, str, float]:
+def run_one(seed: int, replicas: int, rounds: int, log: Path, test: str = "tests/test_chaos.py",
+            summary: str = "chaos seed", **env_vars: str) -> tuple[bool, str, float]:
+    """One pytest run of `test` with the seed; (passed, its `summary` line or errors, seconds)."""
     env = {**os.environ, "CHAOS_SEED": str(seed), "CHAOS_REPLICAS": str(replicas),
-           "CHAOS_ROUNDS": str(rounds), "PYTHONPATH": str(ROOT)}
+           "CHAOS_ROUNDS": str(rounds), "PYTHONPATH": str(ROOT), **env_vars}
     began = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", "tests/test_chaos.py", "-q", "-s",
+    proc = subprocess.run([sys.executable, "-m", "pytest", test, "-q", "-s",
                            "-p", "no:cacheprovider", "-o", "timeout=1800"],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     took = time.monotonic() - began
     log.write_text(proc.stdout + proc.stderr)
-    summary = [line for line in proc.stdout.splitlines() if line.startswith("chaos seed")]
-    if proc.returncode == 0 and summary:
-        return True, summary[-1], took
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(summary)]
+    if proc.returncode == 0 and lines:
+        return True, lines[-1], took
     errors = [line for line in proc.stdout.splitlines() if re.match(r"^E\s", line)]
     return False, " | ".join(errors[:4]) or proc.stdout[-400:], took
 

@@ -73,6 +73,10 @@ Handler = Callable[[M, Delivery], Awaitable[None]]
 PULL_EXPIRES_S = 1.0
 """How long one pull request waits on the server for messages before it ends (status 408):
 the pace at which an idle consumer notices that it should stop."""
+NO_LEADER_PAUSE_S = 0.2
+"""Pause before pulling again when no server answered (status 503): a replicated consumer
+has no leader while its cluster elects one (seconds), and pulling at once again would spin
+(thousands of requests a second, measured)."""
 
 
 REFUSED_PAUSE_S = 1.0
@@ -107,12 +111,14 @@ class _Pull:
     """The one pull request outstanding: how many messages it may still bring, and whether
     the server has ended it (all brought, or expired)."""
 
-    __slots__ = ("left", "ended", "refused")
+    __slots__ = ("left", "ended", "refused", "unanswered")
 
     def __init__(self, batch: int) -> None:
         self.left = batch
         self.ended = anyio.Event()
         self.refused = False
+        self.unanswered = False
+        "No server took the request (503): the consumer has no leader right now."
 
 
 class _Loop:
@@ -224,6 +230,9 @@ class _Loop:
             if pull.refused:  # asking again at once would refuse again, as fast as it can
                 with anyio.move_on_after(REFUSED_PAUSE_S):
                     await self.bus.stopping.wait()
+            elif pull.unanswered:  # no leader yet: pulling again at once would spin
+                with anyio.move_on_after(NO_LEADER_PAUSE_S):
+                    await self.bus.stopping.wait()
 
     async def _on_delivery(self, msg: nats.aio.msg.Msg) -> None:
         """Callback of the deliveries subscription: a message, or the status of a request."""
@@ -233,7 +242,8 @@ class _Loop:
                 self.pull.refused = True
                 log.warning("consumer.pull_refused", consumer=self.spec.durable,
                             description=msg.headers.get(DESCRIPTION, ""))
-            if status != "100":  # 100 is a heartbeat; 404, 408 and 409 end the request
+            if status != "100":  # 100 is a heartbeat; 404, 408, 409 and 503 end the request
+                self.pull.unanswered = status == "503"
                 self.pull.ended.set()
             return
         pull = self.pull

@@ -19,6 +19,7 @@ import socket
 import ssl
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Awaitable, Callable, TypeVar
 
 import anyio
@@ -36,7 +37,7 @@ from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
 from bus.nats_reclaim import StreamReclaim
 from bus.nats_requests import RequestReplies
-from bus.nats_retry import RETRYABLE, STORAGE_EXHAUSTED, retry
+from bus.nats_retry import REPLICAS_REFUSED, RETRYABLE, STORAGE_EXHAUSTED, retry
 
 M = TypeVar("M", bound=Message)
 log = structlog.get_logger("bus")
@@ -76,6 +77,7 @@ class BusSettings:
     """How to reach the server and how patient to be with it."""
 
     url: str
+    "One server's URL, or a cluster's, comma separated: the client fails over between them."
     user: str = ""
     password: str = ""
     token: str = ""
@@ -92,6 +94,8 @@ class BusSettings:
     max_deliver: int = 5
     duplicate_window_s: float = 600.0
     max_ack_pending: int = 1024
+    replicas: int = 1
+    "Copies of every stream, KV bucket and object store (1, or 3 on a cluster of 3 or more)."
 
 
 class _ConnectionWatch:
@@ -141,7 +145,7 @@ class _ConnectionWatch:
 
 def _client_options(settings: BusSettings, identity: Identity, watch: _ConnectionWatch) -> dict:
     options: dict = dict(
-        servers=[settings.url],
+        servers=servers(settings.url),
         name=f"{identity.kind}:{identity.instance}",
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.25,
@@ -236,26 +240,58 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
         Raises BusError naming the stream and its config key when the server cannot reserve
         a stream's size cap.
         """
-        for spec in specs:
-            try:
-                await self._ensure_stream(spec)
-            except nats.js.errors.APIError as exc:
-                if exc.err_code != STORAGE_EXHAUSTED:
-                    raise
-                raise BusError(_no_room(spec, specs)) from exc
-        for bucket, max_age in (
-            (subjects.BUCKET_POLICY, 0.0),
-            (subjects.BUCKET_ACTORS, 3600.0),
-            (subjects.BUCKET_RUN, 0.0),
-        ):
-            await self.js.create_key_value(
-                api.KeyValueConfig(bucket=bucket, history=1, ttl=max_age or None,
-                                   storage=api.StorageType.FILE)
+        replicas = self.settings.replicas
+        try:
+            for spec in specs:
+                try:
+                    await self._ensure_stream(spec)
+                except nats.js.errors.APIError as exc:
+                    if exc.err_code != STORAGE_EXHAUSTED:
+                        raise
+                    raise BusError(_no_room(spec, specs)) from exc
+            for bucket, max_age in (
+                (subjects.BUCKET_POLICY, 0.0),
+                (subjects.BUCKET_ACTORS, 3600.0),
+                (subjects.BUCKET_RUN, 0.0),
+            ):
+                await self._replicate(subjects.kv_stream(bucket))
+                await self.js.create_key_value(
+                    api.KeyValueConfig(bucket=bucket, history=1, ttl=max_age or None,
+                                       storage=api.StorageType.FILE, replicas=replicas)
+                )
+            await self._replicate(subjects.object_stream(subjects.BUCKET_WEIGHTS))
+            await self.js.create_object_store(
+                subjects.BUCKET_WEIGHTS,
+                api.ObjectStoreConfig(storage=api.StorageType.FILE, replicas=replicas),
             )
-        await self.js.create_object_store(
-            subjects.BUCKET_WEIGHTS,
-            api.ObjectStoreConfig(storage=api.StorageType.FILE),
-        )
+        except nats.js.errors.APIError as exc:
+            if exc.err_code not in REPLICAS_REFUSED:
+                raise
+            raise BusError(_too_few_nodes(self.settings, str(exc.description))) from exc
+        if replicas > 1:  # ready means usable: each replicated stream has elected a leader
+            for name in [s.name for s in specs] + [
+                    subjects.kv_stream(b) for b in (subjects.BUCKET_POLICY, subjects.BUCKET_ACTORS,
+                                                    subjects.BUCKET_RUN)] + [
+                    subjects.object_stream(subjects.BUCKET_WEIGHTS)]:
+                await retry(partial(self._led, name), what=f"no leader for stream {name}",
+                            deadline_s=self.settings.publish_deadline_s, first_delay_s=0.05,
+                            max_delay_s=0.25)
+
+    async def _led(self, stream: str) -> None:
+        info = await self.js.stream_info(stream)
+        if info.cluster is not None and not info.cluster.leader:
+            raise TimeoutError(f"stream {stream} has no leader yet")
+
+    async def _replicate(self, stream: str) -> None:
+        """Give an existing bucket's stream the configured replicas (a bucket made before
+        `[bus] replicas` changed): creating it again with other replicas is refused."""
+        try:
+            info = await self.js.stream_info(stream)
+        except nats.js.errors.NotFoundError:
+            return
+        if (info.config.num_replicas or 1) != self.settings.replicas:
+            info.config.num_replicas = self.settings.replicas
+            await self.js.update_stream(info.config)
 
     async def _ensure_stream(self, spec: subjects.StreamSpec) -> None:
         config = api.StreamConfig(
@@ -269,10 +305,13 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
             discard=api.DiscardPolicy.NEW if spec.discard_new else api.DiscardPolicy.OLD,
             duplicate_window=self.settings.duplicate_window_s,
             max_msgs_per_subject=spec.max_msgs_per_subject,
+            num_replicas=self.settings.replicas,
         )
         try:
             await self.js.add_stream(config)
-        except nats.js.errors.BadRequestError:
+        except nats.js.errors.BadRequestError as exc:
+            if exc.err_code in REPLICAS_REFUSED:
+                raise
             await self.js.update_stream(config)
 
     async def ensure_consumer(self, spec: subjects.ConsumerSpec, *, ack_wait_s: float | None = None,
@@ -291,6 +330,15 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
             await self.js.consumer_info(spec.stream, spec.durable)
         except nats.js.errors.NotFoundError:
             await self.js.add_consumer(spec.stream, config)
+        if self.settings.replicas > 1:  # a replicated consumer serves once it has a leader
+            await retry(partial(self._consumer_led, spec), what=f"no leader for {spec.durable}",
+                        deadline_s=self.settings.publish_deadline_s, first_delay_s=0.05,
+                        max_delay_s=0.25)
+
+    async def _consumer_led(self, spec: subjects.ConsumerSpec) -> None:
+        info = await self.js.consumer_info(spec.stream, spec.durable)
+        if info.cluster is not None and not info.cluster.leader:
+            raise TimeoutError(f"consumer {spec.durable} has no leader yet")
 
     # --- publishing ----------------------------------------------------------------------
 
@@ -374,9 +422,26 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
 
 
 
+def servers(url: str) -> list[str]:
+    """The server URLs in `url` (one, or several comma separated)."""
+    found = [u.strip() for u in url.split(",") if u.strip()]
+    if not found:
+        raise BusError(f"no NATS URL in {url!r}: give one, or a cluster's comma separated")
+    return found
+
+
 def local_identity(kind: str, instance: str = "", run_id: str = "") -> Identity:
     """Identity for a process that is not a supervised actor (CLI, tests, benches)."""
     return Identity(kind, instance or f"{socket.gethostname()}-{os.getpid()}", run_id)
+
+
+def _too_few_nodes(settings: BusSettings, said: str) -> str:
+    return (f"the NATS server at {settings.url} cannot keep {settings.replicas} replicas of"
+            f" each stream ({said}): [bus] replicas = {settings.replicas} needs a JetStream"
+            f" cluster of at least {settings.replicas} nodes, all up. Start one (`[bus]"
+            f" embedded_nodes = 3` for a local cluster, or docker-compose.cluster.yml) and"
+            f" list every node in [bus] url / WHET_NATS_URL, comma separated; or set"
+            f" [bus] replicas = 1 for a single server")
 
 
 def _no_room(spec: subjects.StreamSpec, specs: list[subjects.StreamSpec]) -> str:

@@ -49,6 +49,9 @@ RETRYABLE = (
 )
 STREAM_FULL = {10077, 10047}  # maximum messages / bytes exceeded: back off and retry
 STORAGE_EXHAUSTED = 10047  # on stream create: the server cannot reserve the stream's cap
+REPLICAS_REFUSED = {10074, 10023, 10005}
+("On stream create: replicas > 1 on a single server; too few cluster peers (insufficient "
+ "resources; no suitable peers for placement).")
 
 
 def is_outage(exc: BaseException, kinds: tuple[type[BaseException], ...] = RETRYABLE) -> bool:

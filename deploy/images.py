@@ -71,7 +71,8 @@ def source_files() -> tuple[str, ...]:
 
 
 IMAGES = {
-    "nats": Image("nats", "deploy/nats.Dockerfile", SLIM_BASE, "nats", ("deploy/nats.conf",)),
+    "nats": Image("nats", "deploy/nats.Dockerfile", SLIM_BASE, "nats",
+                  ("deploy/nats.conf", "deploy/nats-cluster.conf")),
     "slim": Image("slim", "deploy/slim.Dockerfile", SLIM_BASE, "slim", source_files()),
     "ml": Image("ml", "deploy/ml.Dockerfile", ML_BASE, "ml", source_files()),
 }

@@ -17,6 +17,7 @@ RUN python3 -m venv /opt/nats \
 FROM ${BASE}
 COPY --from=deps /opt/nats/bin/nats-server /usr/local/bin/nats-server
 COPY deploy/nats.conf /etc/nats/nats.conf
+COPY deploy/nats-cluster.conf /etc/nats/nats-cluster.conf
 # JetStream's flush to disk (nats.conf reads it; a quoted string): compose overrides it.
 ENV WHET_NATS_SYNC_INTERVAL='"2m"'
 EXPOSE 4222 8222

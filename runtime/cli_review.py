@@ -61,13 +61,15 @@ async def _replay(run: Optional[str], url: Optional[str], run_id: str) -> list[T
 def load_trials(run: Optional[str], url: Optional[str]) -> tuple[rundir.RunDir, list[Trial]]:
     """The run folder and its trials, newest record of each trial id."""
     from runtime.embedded import EmbeddedServer
+    from runtime.embedded_cluster import EmbeddedCluster, stored_nodes
 
     rd = rundir.find(run)
     live = url or os.environ.get("WHET_NATS_URL") or rd.supervisor_pid() is not None
-    if live or not (rd.nats_dir / "jetstream").is_dir():
+    nodes = stored_nodes(rd.nats_dir)
+    if live or not ((rd.nats_dir / "jetstream").is_dir() or nodes):
         found = anyio.run(_replay, run, url, rd.run_id)
-    else:  # the stack stopped: open its store with a server of our own, for this read only
-        server = EmbeddedServer(rd.nats_dir)
+    else:  # the stack stopped: open its store with a server (or cluster) of our own, to read
+        server = EmbeddedCluster(rd.nats_dir, nodes) if nodes else EmbeddedServer(rd.nats_dir)
         try:
             found = anyio.run(_replay, run, server.start(), rd.run_id)
         finally:

@@ -51,7 +51,8 @@ class RunSection(Section):
 
 class BusConfig(Section):
     url: str = ""
-    "NATS URL; empty starts the embedded nats-server. WHET_NATS_URL overrides it."
+    ("NATS URL, or a cluster's URLs comma separated (clients fail over between them); empty "
+     "starts the embedded nats-server. WHET_NATS_URL overrides it.")
     request_timeout_s: Seconds = 5.0
     "Timeout of one request to the server."
     publish_deadline_s: Seconds = 120.0
@@ -78,6 +79,14 @@ class BusConfig(Section):
      "throughput) or a duration such as '2m' (NATS's default; such a crash can lose what "
      "was acknowledged since the last flush). An external server's own config decides there "
      "(compose: WHET_NATS_SYNC_INTERVAL).")
+    replicas: Literal[1, 3] = 1
+    ("Copies of every work stream, the verdicts, the KV buckets and the weights object store: "
+     "1, or 3 on a JetStream cluster of at least 3 nodes (a node may then die and nothing "
+     "acknowledged is lost). 3 needs embedded_nodes = 3 or a url listing a cluster.")
+    embedded_nodes: Literal[1, 3] = 1
+    ("Nodes of the embedded server when no url is set: 3 starts a local cluster (three "
+     "nats-server processes on 127.0.0.1, each with its own store), for replicas = 3 "
+     "on one machine without Docker.")
 
 
 class ActorsConfig(Section):
@@ -158,8 +167,18 @@ def load(path: str | Path) -> RunConfig:
     """Load, merge (`extends`), validate and return the config at `path`."""
     path = Path(path)
     data = _read(path, seen=())
-    cfg = _convert(data, str(path))
-    return _apply_env(cfg)
+    cfg = _apply_env(_convert(data, str(path)))
+    _check_replicas(cfg, str(path))
+    return cfg
+
+
+def _check_replicas(cfg: RunConfig, source: str) -> None:
+    if cfg.bus.replicas > 1 and not cfg.bus.url and cfg.bus.embedded_nodes < cfg.bus.replicas:
+        raise ConfigError(source, "bus.replicas",
+                          f"{cfg.bus.replicas} replicas need a cluster of at least "
+                          f"{cfg.bus.replicas} nodes, and the embedded server is one: set "
+                          f"[bus] embedded_nodes = 3, or a url listing a cluster's nodes "
+                          f"(comma separated), or replicas = 1")
 
 
 def _read(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:

@@ -44,6 +44,7 @@ def bus_settings(cfg: RunConfig, url: str) -> BusSettings:
         max_deliver=b.max_deliver,
         duplicate_window_s=b.duplicate_window_s,
         max_ack_pending=b.max_ack_pending,
+        replicas=b.replicas,
     )
 
 

@@ -63,7 +63,8 @@ class EmbeddedServer:
 
     def __init__(self, store_dir: Path, port: int = 0, extra_config: str = "",
                  max_file_store_mb: int = 0, die_with_parent: bool = False,
-                 sync_interval: str = SYNC_INTERVAL, monitor: bool = False) -> None:
+                 sync_interval: str = SYNC_INTERVAL, monitor: bool = False,
+                 server_name: str = "whet_embedded") -> None:
         problem = sync_interval_problem(sync_interval)
         if problem:
             raise RunError(f"sync interval: {problem}")
@@ -79,6 +80,8 @@ class EmbeddedServer:
         "How often JetStream flushes to disk: 'always' or a duration."
         self.monitor = monitor
         "Serve the monitoring endpoints (/varz, /jsz) on a free local port (`monitoring_url`)."
+        self.server_name = server_name
+        "Unique within a cluster: JetStream names its peers (and stream leaders) by it."
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -125,7 +128,7 @@ class EmbeddedServer:
         return (
             f"listen: 127.0.0.1:{self.port or -1}\n"
             + ('http: "127.0.0.1:-1"\n' if self.monitor else "")
-            + "server_name: whet_embedded\n"
+            + f"server_name: {self.server_name}\n"
             f"max_payload: {MAX_PAYLOAD}\n"
             "jetstream {\n"
             f'  store_dir: "{self.store_dir / "jetstream"}"\n'
@@ -154,6 +157,11 @@ class EmbeddedServer:
     @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
+
+    @property
+    def pids(self) -> list[int]:
+        """The server's process ids (one; a cluster has one per node)."""
+        return [self.proc.pid] if self.proc else []
 
     @property
     def monitoring_url(self) -> str:

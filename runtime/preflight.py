@@ -127,7 +127,8 @@ def disk_problems(cfg: RunConfig) -> list[Problem]:
     if cfg.bus.url:
         return []  # the server is elsewhere; it says so itself when a cap does not fit
     specs = [s for s in topology(cfg) if s.max_bytes > 0]
-    total = sum(s.max_bytes for s in specs)
+    nodes = cfg.bus.embedded_nodes  # a local cluster's nodes each keep a copy on this disk
+    total = sum(s.max_bytes for s in specs) * nodes
     folder = Path(cfg.run.runs_dir).resolve()
     while not folder.exists():
         folder = folder.parent
@@ -141,7 +142,8 @@ def disk_problems(cfg: RunConfig) -> list[Problem]:
     biggest = sorted(by_key.items(), key=lambda kv: -sum(kv[1]))[:3]
     keys = ", ".join(f"{key} ({caps[0] // mb} MB{f' x {len(caps)} streams' if len(caps) > 1 else ''})"
                      for key, caps in biggest)
-    return [Problem(f"the stream caps reserve {total // mb} MB, but the embedded server may "
+    copies = f" ({nodes} nodes)" if nodes > 1 else ""
+    return [Problem(f"the stream caps reserve {total // mb} MB{copies}, but the embedded server may "
                     f"take {room // mb} MB ({EMBEDDED_STORE_SHARE:.0%} of the free disk "
                     f"under {folder})", "bus", f"lower the largest caps: {keys}; or free disk")]
 

@@ -27,6 +27,7 @@ from runtime import autoscale, credentials
 from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
 from runtime.embedded import EmbeddedServer
+from runtime.embedded_cluster import EmbeddedCluster
 from runtime.rundir import RunDir
 from runtime import progress
 from runtime.supervisor import Supervisor
@@ -48,7 +49,7 @@ async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
         with anyio.CancelScope(shield=True):
             if server is not None:
                 await anyio.to_thread.run_sync(server.stop)
-                log.info("nats.stopped", pid=server.pid)
+                log.info("nats.stopped", pids=server.pids)
             run_dir.pid_file.unlink(missing_ok=True)
             (run_dir.path / "ready").unlink(missing_ok=True)
     if failure is not None:
@@ -56,7 +57,8 @@ async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
 
 
 async def _serve_on(cfg: RunConfig, run_dir: RunDir, secrets: Path | None,
-                    server: EmbeddedServer | None, url: str) -> ActorFailure | None:
+                    server: EmbeddedServer | EmbeddedCluster | None,
+                    url: str) -> ActorFailure | None:
     run_dir.url_file.write_text(url + "\n")
     run_dir.pid_file.write_text(f"{os.getpid()}\n")
     from runtime import log as log_mod
@@ -80,7 +82,7 @@ async def _serve_on(cfg: RunConfig, run_dir: RunDir, secrets: Path | None,
             log.info("stack.ready", run_id=run_dir.run_id, url=url, actors=supervisor.counts())
             (run_dir.path / "ready").write_text(f"{time.time()}\n")
             pids = lambda: {**supervisor.pids_by_kind(),  # noqa: E731
-                            **({"nats": [server.pid]} if server else {})}
+                            **({"nats": server.pids} if server else {})}
             tg.start_soon(progress.follow, bus, cfg, run_dir, pids)
             await bus.stopping.wait()
             await supervisor.done.wait()
@@ -103,18 +105,20 @@ def failure_line(failure: ActorFailure) -> str:
             f"was ready: {failure.cause} (log: {failure.log})")
 
 
-def _start_server(cfg: RunConfig, run_dir: RunDir,
-                  secrets: Path | None) -> tuple[EmbeddedServer | None, str]:
-    """The embedded server (with per-run users when auth is on), or the configured URL.
-    Started from this (the main) thread, which the server's death signal is tied to."""
+def _start_server(cfg: RunConfig, run_dir: RunDir, secrets: Path | None
+                  ) -> tuple[EmbeddedServer | EmbeddedCluster | None, str]:
+    """The embedded server or local cluster (with per-run users when auth is on), or the
+    configured URL. Started from this (the main) thread, which the server's death signal is
+    tied to."""
     if cfg.bus.url:
         credentials.require_external(cfg, secrets)  # fail now, not in every actor
         return None, cfg.bus.url
-    server = EmbeddedServer(run_dir.nats_dir, die_with_parent=True,
-                            extra_config=credentials.embedded_server_config(cfg, secrets),
-                            sync_interval=cfg.bus.sync_interval)
+    options = dict(die_with_parent=True, sync_interval=cfg.bus.sync_interval,
+                   extra_config=credentials.embedded_server_config(cfg, secrets))
+    server = (EmbeddedCluster(run_dir.nats_dir, cfg.bus.embedded_nodes, **options)
+              if cfg.bus.embedded_nodes > 1 else EmbeddedServer(run_dir.nats_dir, **options))
     url = server.start()
-    log.info("nats.started", url=url, store=str(run_dir.nats_dir), pid=server.pid,
+    log.info("nats.started", url=url, store=str(run_dir.nats_dir), pids=server.pids,
              auth=cfg.auth.enabled, tls=bool(cfg.auth.tls_cert_file or cfg.auth.tls),
              sync_interval=cfg.bus.sync_interval)
     return server, url

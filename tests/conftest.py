@@ -23,6 +23,7 @@ from bus.subjects import ConsumerSpec
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.embedded import EmbeddedServer
+from runtime.embedded_cluster import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -99,6 +100,16 @@ def nats_server(tmp_path):
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path):
+    """Three nats-servers in one JetStream cluster on 127.0.0.1, each with its own fresh
+    store; every node killed after."""
+    cluster = EmbeddedCluster(tmp_path / "cluster", max_file_store_mb=STORE_MB)
+    cluster.start()
+    yield cluster
+    cluster.kill()
 
 
 def bus_settings(url: str, **overrides) -> BusSettings:

@@ -17,6 +17,7 @@ from bus.nats_bus import Bus, Identity
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.embedded import EmbeddedServer
+from runtime.embedded_cluster import EmbeddedCluster
 from tests.conftest import ROOT, bus_settings, with_caps
 from tests.test_monitor import verdict
 
@@ -39,13 +40,15 @@ RUN_TRIALS = [trial(0, "pass"), trial(1, "pass"), trial(2, "pass"),
 "Seven trials in four strata: hack, infra.sandbox, model.wrong_answer (2), pass (3)."
 
 
-async def stopped_run(runs: Path, trials: list[Trial], run_id: str = "r-1") -> Path:
-    """`runs/<run_id>` whose stopped embedded store holds `trials` (and a trial of another run)."""
+async def stopped_run(runs: Path, trials: list[Trial], run_id: str = "r-1",
+                      nodes: int = 1) -> Path:
+    """`runs/<run_id>` whose stopped embedded store holds `trials` (and a trial of another
+    run); with `nodes = 3`, the stores of a local cluster with three replicas."""
     path = runs / run_id
-    server = EmbeddedServer(path / "nats")
+    server = EmbeddedCluster(path / "nats", nodes) if nodes > 1 else EmbeddedServer(path / "nats")
     url = server.start()
     try:
-        bus = await Bus.connect(bus_settings(url), Identity("test", "test-1"))
+        bus = await Bus.connect(bus_settings(url, replicas=nodes), Identity("test", "test-1"))
         try:
             await bus.ensure_topology(topology(SMALL))
             other = msgspec.structs.replace(trial(9, "pass"), run_id="other-run")

@@ -230,7 +230,15 @@ async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_s
     kills = Counter(kind for kind, _ in chaos.killed)
     assert sum(kills.values()) >= 10 * ROUNDS and set(kills) == {*KINDS, "nats"}, kills
     assert recovered, "after the last kill every actor is back, reconnected, and work flows"
+    outcome = await reconcile(bus, stack)
+    print(f"chaos seed {SEED}, replicas {REPLICAS}, {chaos_s:.0f} s, kills {dict(kills)}, "
+          f"{outcome}")
 
+
+async def reconcile(bus, stack) -> str:
+    """After a drained run: every admitted attempt has exactly one verdict and exactly one
+    fate in the surviving learner updates (trained, or left out with a reason), none is
+    trained twice, and nothing is left queued, dead-lettered or unacked. Returns a summary."""
     admitted = await admitted_by_sampler(bus, stack.run_dir)
     stored = [v async for _, v, _ in bus.replay(
         subjects.STREAM_VERDICTS, subjects.verdict_subject("train"), Verdict, follow=False)]
@@ -258,8 +266,7 @@ async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_s
     assert states[subjects.STREAM_DLQ].messages == 0, "work was dead-lettered"
     learner = states[subjects.STREAM_VERDICTS].consumers[subjects.CONSUMER_LEARNER.durable]
     assert (learner["pending"], learner["in_flight"]) == (0, 0), "verdicts left unacked"
-    print(f"chaos seed {SEED}, replicas {REPLICAS}, {chaos_s:.0f} s, kills {dict(kills)}, "
-          f"admitted {len(admitted)}, "
-          f"trained {len(trained)}, dropped {dict(Counter(dropped.values()))}, "
-          f"learner steps {len(record.steps)} (+{record.lost_steps} lost and redone), "
-          f"restarts resumed from a checkpoint {len(record.resumes)}")
+    return (f"admitted {len(admitted)}, "
+            f"trained {len(trained)}, dropped {dict(Counter(dropped.values()))}, "
+            f"learner steps {len(record.steps)} (+{record.lost_steps} lost and redone), "
+            f"restarts resumed from a checkpoint {len(record.resumes)}")

@@ -1,8 +1,9 @@
 """The image and compose definitions match the code, without an engine (test_compose.py runs
 them for real): every package is copied into the images, every actor kind is a service with
 its own NATS role, health check and init, images are pinned to this environment's versions,
-the NATS service flushes to disk as WHET_NATS_SYNC_INTERVAL says, and the container commands
-refuse bad input clearly."""
+the NATS service flushes to disk as WHET_NATS_SYNC_INTERVAL says, the container commands
+refuse bad input clearly, and the cluster override runs three routed NATS nodes that every
+actor knows."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -20,7 +22,10 @@ import yaml
 from actors import KINDS
 from deploy import images, wheels
 from runtime.auth import AuthConfig, role_of, roles
+from bus.nats_bus import servers
+from runtime.config import load
 from runtime.embedded import server_binary
+from runtime.embedded_cluster import free_ports
 
 ROOT = images.ROOT
 ML_KINDS = {"generator", "learner", "learner_rank", "evaluator"}
@@ -116,3 +121,71 @@ def test_the_nats_service_flushes_to_disk_as_its_variable_says(tmp_path, setting
     assert js.get("sync_always", False) is always
     if interval_s is not None:
         assert js["sync_interval"] == interval_s * 10**9
+
+
+def test_the_cluster_override_gives_every_actor_the_three_nodes():
+    """docker-compose.cluster.yml runs nats, nats-2 and nats-3 from nats-cluster.conf, each
+    named and stored apart; setup waits for all three; every actor and setup read
+    compose-cluster.toml, which lists the three nodes and keeps three replicas."""
+    base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    over = yaml.safe_load((ROOT / "docker-compose.cluster.yml").read_text())["services"]
+    nodes = ("nats", "nats-2", "nats-3")
+    assert {over[n]["environment"]["WHET_NATS_NAME"] for n in nodes} == {"nats-1", "nats-2", "nats-3"}
+    assert all(over[n]["command"] == ["--config", "/etc/nats/nats-cluster.conf"] for n in nodes)
+    assert len({(over[n].get("volumes") or base[n]["volumes"])[0] for n in nodes}) == 3
+    assert set(over["setup"]["depends_on"]) == {"nats-2", "nats-3"}
+    for kind in (*KINDS, "setup"):
+        config = compose_value(over[kind]["environment"]["WHET_CONFIG"], {})
+        assert config == "/etc/whetstone/configs/compose-cluster.toml", kind
+    cfg = load(ROOT / "configs" / "compose-cluster.toml")
+    assert cfg.bus.replicas == 3
+    assert [urlsplit(u).hostname for u in servers(cfg.bus.url)] == list(nodes)
+
+
+def test_the_cluster_config_forms_one_jetstream_cluster(tmp_path):
+    """Three nats-servers on deploy/nats-cluster.conf (only listen addresses, routes and store
+    changed from the containers') elect a meta leader with three peers."""
+    conf = (ROOT / "deploy" / "nats-cluster.conf").read_text()
+    client, route = free_ports(3), free_ports(3)
+    for host, port in zip(("nats", "nats-2", "nats-3"), route):
+        conf = conf.replace(f"nats-route://{host}:6222", f"nats-route://127.0.0.1:{port}")
+    procs = []
+    try:
+        for i in range(3):
+            node = tmp_path / f"n{i}"
+            node.mkdir()
+            (node / "auth.conf").write_text("")
+            (node / "nats.conf").write_text(
+                conf.replace("0.0.0.0:4222", f"127.0.0.1:{client[i]}")
+                .replace("0.0.0.0:8222", '"127.0.0.1:-1"')
+                .replace("0.0.0.0:6222", f"127.0.0.1:{route[i]}")
+                .replace('"/data"', f'"{node / "data"}"'))
+            procs.append(subprocess.Popen(
+                [server_binary(), "-c", str(node / "nats.conf"), "--ports_file_dir", str(node)],
+                env={**os.environ, "WHET_NATS_NAME": f"nats-{i + 1}",
+                     "WHET_NATS_SYNC_INTERVAL": '"2m"'},
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        deadline = time.monotonic() + 30
+        while True:
+            meta = _meta(tmp_path / "n0")
+            if meta.get("leader") and meta.get("cluster_size") == 3:
+                break
+            assert all(p.poll() is None for p in procs), "a node exited"
+            assert time.monotonic() < deadline, f"no 3-node meta group: {meta}"
+            time.sleep(0.2)
+        assert meta["leader"] in {"nats-1", "nats-2", "nats-3"}
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait(timeout=10)
+
+
+def _meta(node_dir) -> dict:
+    """The meta group as one node's /jsz shows it ({} before it answers)."""
+    try:
+        [ports] = node_dir.glob("*.ports")
+        url = json.loads(ports.read_text())["monitoring"][0]
+        with urllib.request.urlopen(f"{url}/jsz", timeout=2) as r:
+            return json.loads(r.read()).get("meta_cluster") or {}
+    except (ValueError, OSError):
+        return {}

@@ -40,11 +40,12 @@ prometheus_port = 0
 """
 
 
-def start_whet(tmp_path: Path) -> subprocess.Popen:
+def start_whet(tmp_path: Path, extra: str = "") -> subprocess.Popen:
     """`whet up` on its own embedded server, in a process group of its own (as a shell
-    starts a pipeline), its output into a pipe this test holds the reading end of."""
+    starts a pipeline), its output into a pipe this test holds the reading end of. `extra`
+    is appended to the config."""
     config = tmp_path / "stop.toml"
-    config.write_text(CONFIG.format(runs=tmp_path / "runs"))
+    config.write_text(CONFIG.format(runs=tmp_path / "runs") + extra)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("WHET_NATS_URL", None)
     return subprocess.Popen([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
