@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import msgspec
 import pytest
-from typer.testing import CliRunner
 
 from bus.messages import Verifier
 from envs import registry
@@ -19,6 +22,8 @@ from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.judging_support import attempt, io_task, judge
 from tests.sandbox_fixtures import built_envs  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -135,15 +140,19 @@ def test_whet_redteam_reports_json_and_refuses_an_unknown_environment(built_envs
     """`whet redteam --domains structured_output --tasks 1 --json` exits 0: every class n/a
     (JSON documents run no code), the reference passes, its impossible variant fails. An
     unknown name exits 2 naming the shipped ones; the table names each class."""
-    from runtime.cli import app
+    # A child process, as a user runs it: the command configures logging for the whole process.
+    def whet(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runtime.cli", "redteam", *args], cwd=ROOT,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True,
+                              text=True, timeout=300)
 
-    result = CliRunner().invoke(app, ["redteam", "--domains", "structured_output", "--tasks", "1", "--json"])
-    assert result.exit_code == 0, result.output
+    result = whet("--domains", "structured_output", "--tasks", "1", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
     [score] = json.loads(result.stdout)["scores"]
     assert score["env"] == "structured_output" and score["classes"] == dict.fromkeys(CLASSES)
     assert (score["reference_passed"], score["impossible_reference_failed"]) == (1, 1)
-    result = CliRunner().invoke(app, ["redteam", "--domains", "nope"])
-    assert result.exit_code == 2 and "python_functions" in result.output
+    result = whet("--domains", "nope")
+    assert result.returncode == 2 and "python_functions" in result.stdout + result.stderr
     table = redteam.table(redteam.tally([], {"structured_output": []}))
     assert all(c in table for c in CLASSES) and "n/a" in table
 
