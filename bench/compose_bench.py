@@ -115,13 +115,9 @@ def main() -> int:
     parser.add_argument("--window", type=float, default=20.0, help="seconds of throughput measured")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    for check in (cs.start_engine(), cs.compose_missing()):
-        if check:
-            print(check, file=sys.stderr)
-            return 1
-    built = cs.build_images()
-    if built.returncode != 0:
-        print(built.stdout + built.stderr, file=sys.stderr)
+    built = cs.bench_images()
+    if isinstance(built, str):
+        print(built, file=sys.stderr)
         return 1
     rows = anyio.run(run, args)
     base = rows[0]["jobs_per_s"] or float("nan")

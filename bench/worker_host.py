@@ -81,13 +81,9 @@ def main() -> int:
     parser.add_argument("--sleep", type=float, default=1.0, help="seconds each job sleeps")
     parser.add_argument("--json", help="also write the rows here")
     args = parser.parse_args()
-    for check in (cs.start_engine(), cs.compose_missing()):
-        if check:
-            print(check, file=sys.stderr)
-            return 1
-    built = cs.build_images(names=("nats", "slim"))
-    if built.returncode != 0:
-        print(built.stdout + built.stderr, file=sys.stderr)
+    built = cs.bench_images(("nats", "slim"))
+    if isinstance(built, str):
+        print(built, file=sys.stderr)
         return 1
     tag = f"whetbench{secrets.token_hex(3)}"
     env = {**cs.os.environ, "DOCKER_HOST": cs.engine.engine_url()}

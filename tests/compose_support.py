@@ -60,6 +60,16 @@ def build_images(timeout_s: float = 1800.0, names: tuple[str, ...] = ()) -> subp
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+def bench_images(names: tuple[str, ...] = ()) -> subprocess.CompletedProcess | str:
+    """What a compose bench needs before it starts: the engine, `docker compose` and the images
+    (`build_images(names)`); the finished build, or the line saying what is missing."""
+    for problem in (start_engine(), compose_missing()):
+        if problem:
+            return problem
+    built = build_images(names=names)
+    return built if built.returncode == 0 else built.stdout + built.stderr
+
+
 def pin_images(build_output: str, tag: str, env: dict[str, str]) -> list[str]:
     """Tag the images `build_images` reported with `tag` as well, for WHET_IMAGE_TAG: a
     project then runs these builds even when another checkout on the same engine moves
