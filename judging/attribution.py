@@ -40,9 +40,6 @@ SELF_INFLICTED = ("infra.sandbox", "infra.resource_exhausted")
 _MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
 _JOB_OUTPUT = re.compile(r"without a status:.*", re.S)
 "Where a backend's sandbox error quotes the job's own output, which is not the host's word."
-OWN_ERRORS = ("ValueError", "TypeError", "IndexError", "KeyError", "ZeroDivisionError",
-              "AssertionError", "ArithmeticError", "OverflowError", "AttributeError", "LookupError")
-"Exceptions a reference raises itself on an input outside its preconditions."
 _INFRA_RECORDS = {"reference": "infra.reference", "spawn": "infra.spawn",
                   "missing_dependency": "infra.missing_dependency"}
 
@@ -170,12 +167,15 @@ def reference_lost(tests: list[ScoredTest]) -> Cause | None:
 
 
 def _reference_own_error(detail: str) -> bool:
+    """An exception raised in the reference's code (a traceback: the harness keeps only its first
+    lines), its CPU budget spent, or an unencodable value: the reference's own doing on that input.
+    Killed, exited, not loaded or out of wall time: it did not run as it should."""
     if detail.startswith("no input or no reference"):
         return True
     if not detail.startswith("reference: ") or "while loading" in detail:
         return False
-    last = detail.strip().rsplit("\n", 1)[-1]
-    return last.split(":", 1)[0].strip().rsplit(".", 1)[-1] in OWN_ERRORS
+    told = detail[len("reference: "):].lstrip()
+    return told.startswith(("Traceback", "File ", "returned")) or told.endswith("s on a CPU")
 
 
 def cause_of_test(t: ScoredTest, task: Task, result: ExecutionResult, load: float = 0.0) -> Cause:
