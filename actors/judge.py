@@ -21,7 +21,9 @@ Consumes `Attempt` from `subjects.CONSUMER_ATTEMPTS` and `ExecutionDone` from
   in visible tests passing, the workspace hash it started from, its token span:
   `judging.steps`) is recorded on the attempt as `Attempt.steps`.
 
-Structured attempts, and code that does not compile, are judged without execution. Every
+Structured attempts, and code that does not compile, are judged without execution. An
+attempt that cannot be judged (whatever its result holds) gets a verdict, the model's
+failure (`judgement.unjudgeable`), never a retry or a dead letter. Every
 output id derives from the input's, so a redelivered input never yields a second output.
 It does NOT run sandboxes (the executor does) or train (the learner does); the judging
 itself is `judging.judgement`.
@@ -47,7 +49,8 @@ from judging.attribution import Cause
 from judging.config import JudgeConfig
 from judging.feedback import feedback_for
 from judging.jobs import TaskError, build_job
-from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result
+from judging.judgement import (Judgement, before_running, candidate_of, dropped, judge_result,
+                               unjudgeable)
 from judging.steps import start_of, step_credit
 from judging.tools import episode_over, is_tool_task, parse_call, result_message
 from runtime.config import RunConfig
@@ -73,16 +76,16 @@ class Judge:
     async def request_run(self, attempt: Attempt, turn: int) -> None:
         """Judge the attempt's candidate: at once when nothing needs to run, else through a job."""
         started = time.perf_counter()
-        cand = candidate_of(attempt)
-        early = before_running(attempt.task, cand, turn, self.config.reward)
+        try:
+            cand = candidate_of(attempt)
+            early = before_running(attempt.task, cand, turn, self.config.reward)
+            job = build_job(attempt.task, cand, quality=self.config.reward.quality) if early is None else None
+        except TaskError as exc:
+            early = dropped(Cause("infra.bad_task", str(exc)), [], [])
+        except Exception as exc:  # noqa: BLE001 - a verdict, never a dead letter, for one attempt
+            early = unjudgeable(turn, self.config.reward, f"{type(exc).__name__}: {exc}")
         if early is not None:
             await self.finish(attempt, early, retries=0, spent=time.perf_counter() - started)
-            return
-        try:
-            job = build_job(attempt.task, cand, quality=self.config.reward.quality)
-        except TaskError as exc:
-            await self.finish(attempt, dropped(Cause("infra.bad_task", str(exc)), [], []),
-                              retries=0, spent=time.perf_counter() - started)
             return
         request = ExecutionRequest(request_id=f"{attempt.attempt_id}/t{len(attempt.turns)}/r0",
                                    attempt=attempt, job=job)
@@ -94,8 +97,12 @@ class Judge:
     async def on_done(self, done: ExecutionDone, delivery: Delivery) -> None:
         started = time.perf_counter()
         request, attempt = done.request, done.request.attempt
-        judgement = judge_result(attempt.task, candidate_of(attempt), request.job, done.result,
-                                 penalised_turns(attempt), self.config.reward)
+        try:
+            judgement = judge_result(attempt.task, candidate_of(attempt), request.job, done.result,
+                                     penalised_turns(attempt), self.config.reward)
+        except Exception as exc:  # noqa: BLE001 - a verdict, never a dead letter, for one attempt
+            judgement = unjudgeable(penalised_turns(attempt), self.config.reward,
+                                    f"{type(exc).__name__}: {exc}")
         if judgement.infra and request.retry < self.config.max_retries:
             await self.retry(done, judgement)
             self.count("judge.overhead_s", time.perf_counter() - started)

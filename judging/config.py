@@ -70,8 +70,8 @@ class RewardConfig(Section):
      "([judge.reward.quality]); off by default.")
     hack: float | None = None
     ("Reward of an attempt flagged as a hack, replacing every other term; None is `minimum`. "
-     "It may not exceed the lowest reward an honest attempt can get (see `JudgeConfig`), so in "
-     "a group a hack never gets a higher advantage than an honest failure.")
+     "It must be strictly below the lowest reward an honest attempt can get (see `JudgeConfig`), "
+     "so in a group a hack always gets a lower advantage than an honest failure.")
 
     def __post_init__(self) -> None:
         if self.minimum >= self.maximum:
@@ -171,8 +171,13 @@ class JudgeConfig(Section):
      "task's own timeout; no answer drops the attempt (infra.session_lost).")
 
     def __post_init__(self) -> None:
-        honest = self.reward.lowest_honest(self.max_turns)
-        if self.reward.hack_reward > honest:
-            raise ValueError(f"reward.hack ({self.reward.hack_reward}) must not exceed the lowest "
-                             f"reward an honest attempt can get ({honest}): a hack would then "
-                             "outrank an honest failure")
+        r = self.reward
+        honest = r.lowest_honest(self.max_turns)
+        if r.hack_reward >= honest:
+            raise ValueError(
+                f"reward.hack ({r.hack_reward:g}) must be below the lowest reward an honest attempt "
+                f"can get ({honest:g}: compile_error {r.compile_error:g} minus turn_penalty "
+                f"{r.turn_penalty:g} for each of {self.max_turns - 1} turns after the first, clipped "
+                f"to minimum {r.minimum:g}), or a hack would tie or outrank an honest failure: lower "
+                "judge.reward.hack (or minimum, which it defaults to), or raise compile_error, "
+                "lower turn_penalty or judge.max_turns so that the honest floor stays above it")

@@ -4,18 +4,19 @@ Consumes a task, the candidate taken from the latest turn, and (for executed kin
 and its `ExecutionResult`; produces a `Judgement`, which becomes a `Verdict`. The order of
 decisions is the point of this module:
 
-1. an infrastructure cause read from the job as a whole (sandbox failure, a job killed from
-   outside, starvation) drops the attempt: no reward, whatever the tests said;
-2. hack signs give it the hack reward, the lowest there is (`outcome="hack"`);
-3. otherwise the first failed test names the model cause (an infrastructure cause found in
-   a test, such as a starved call or a missing module, still drops it);
+1. hack signs, read before anything else, give it the hack reward, below any honest one
+   (`outcome="hack"`), whatever infrastructure cause appeared;
+2. an infrastructure cause proven by the host or the harness (`judging.attribution`) drops
+   it: no reward, whatever the tests said;
+3. otherwise the first failed test names the model cause;
 4. it passes only when the structure layer and every counted test passed;
 5. only then, with `[judge.reward.quality]` on, the quality bonuses measured in the job
    (`judging.quality`) join its reward, each its own component.
 
 A `verifiers` task's rubric decides alone (`judging.rubric`): steps 2-4 do not apply.
 `before_running` answers without a job when none is needed (code that does not compile, and
-structured documents). It does no I/O.
+structured documents). Whatever a result holds, it yields one judgement, never an exception
+(`unjudgeable`: the model's failure). It does no I/O.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 
 from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
 from judging import quality, rubric, structured
-from judging.attribution import Cause, attribute, job_cause
+from judging.attribution import Cause, attribute
 from judging.config import RewardConfig
 from judging.extract import Candidate, from_code, from_completion
 from judging.hacks import HackSign, detect
@@ -86,23 +87,39 @@ def before_running(task: Task, cand: Candidate, turns: int, weights: RewardConfi
 
 def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult, turns: int,
                  weights: RewardConfig) -> Judgement:
-    """The judgement of an executed attempt."""
-    if task.verifier.kind == rubric.KIND:
-        return from_rubric(rubric.score(task, job, result))
+    """The judgement of an executed attempt: always one, whatever the result holds."""
+    try:
+        if task.verifier.kind == rubric.KIND:
+            return from_rubric(rubric.score(task, job, result))
+        return _judge_executed(task, cand, job, result, turns, weights)
+    except Exception as exc:  # noqa: BLE001 - one attempt's judgement never stops the judge
+        return unjudgeable(turns, weights, f"{type(exc).__name__}: {exc}")
+
+
+def _judge_executed(task: Task, cand: Candidate, job: Job, result: ExecutionResult, turns: int,
+                    weights: RewardConfig) -> Judgement:
     spec = json.loads(job.stdin)
     report = read_report(result, spec["nonce"])
     tests = score_tests(task, spec, report)
     layers = [cand.structure(task), *layer_results(tests)]
-    job_level = job_cause(result, report, task.limits.memory_mb)
-    if job_level is not None and job_level.infra:
-        return dropped(job_level, layers, tests)
-    hacks = detect(task, cand, result, report, tests)
+    hacks = detect(task, cand, result, report, tests)  # before any drop, whatever else happened
     cause = attribute(task, result, report, tests)
     if cause is not None and cause.infra and not hacks:
         return dropped(cause, layers, tests)
-    if cause is None and not sum(layer.total for layer in layers[1:]):
+    if not hacks and cause is None and not sum(layer.total for layer in layers[1:]):
         return dropped(Cause("infra.sandbox", "no test counted: the task has no valid tests"), layers, tests)
     return conclude(cand, layers, tests, hacks, cause, turns, weights, report.digest, report.quality)
+
+
+def unjudgeable(turns: int, weights: RewardConfig, why: str) -> Judgement:
+    """What cannot be judged is the model's failure, with no test passed; never a drop (a drop
+    would be a free re-run) and never an exception."""
+    layers = [LayerResult(name="structure", detail=why[:500]),
+              *(LayerResult(name=n, detail="not judged") for n in TEST_LAYERS)]
+    reward, parts = compose(compiled=True, format_ok=False, layers=layers, turns=turns, hack=False,
+                            weights=weights)
+    return Judgement("fail", reward, parts, "model.unjudgeable",
+                     f"the attempt's result could not be judged: {why}"[:2000], layers)
 
 
 def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest],

@@ -4,8 +4,9 @@ Consumes the task, the job spec and the `Report`; produces one `ScoredTest` per 
 spec demands (a missing record is a failure, never a pass), and a `LayerResult` per layer.
 Returned values of cases are compared here, against expected values that never entered the
 sandbox; randomized inputs are compared against the reference's values. A test marked
-`invalid` (the reference itself rejects it) counts neither way. It does NOT attribute causes
-or compute rewards.
+`invalid` (the reference itself rejects it) counts neither way. A record of the wrong shape
+counts as missing, and a value that cannot be read or compared as wrong: scoring never
+raises. It does NOT attribute causes or compute rewards.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from bus.messages import LayerResult, Task
 from judging.compare import same_stdout, same_value, show
 from judging.harness import wire
 from judging.jobs import expected_ids
-from judging.report import Report
+from judging.report import Report, test_shape_ok
 
 TEST_LAYERS = ("visible", "hidden", "robustness")
 
@@ -29,7 +30,7 @@ class ScoredTest:
     passed: bool | None
     "None when the test does not count (invalid)."
     status: str
-    "The harness's status ('ok', 'error', 'timeout', 'exit', 'killed', ...), 'wrong' or 'missing'."
+    "The harness's status ('ok', 'error', 'timeout', 'exit', 'killed', ...), 'wrong', 'missing' or 'malformed'."
     detail: str
     record: dict
 
@@ -42,11 +43,14 @@ def score_tests(task: Task, spec: dict, report: Report) -> list[ScoredTest]:
     for layer, ids in expected_ids(spec).items():
         for i, test_id in enumerate(ids):
             rec = report.tests.get(test_id)
+            if test_id in report.malformed or (rec is not None and not (isinstance(rec, dict) and test_shape_ok(rec))):
+                out.append(ScoredTest(test_id, layer, False, "malformed", "its record is of the wrong shape", {}))
+                continue
             if rec is None:
                 why = "not run: the harness budget was spent" if report.budget_spent else "not reported"
                 out.append(ScoredTest(test_id, layer, False, "missing", why, {}))
                 continue
-            status = str(rec.get("status"))
+            status = rec["status"]
             if status == "invalid":
                 out.append(ScoredTest(test_id, layer, None, status, str(rec.get("detail", "")), rec))
             elif status != "ok":
@@ -59,6 +63,14 @@ def score_tests(task: Task, spec: dict, report: Report) -> list[ScoredTest]:
 
 
 def _judge_ok(task: Task, rec: dict, expected, against_reference: bool) -> tuple[bool, str]:
+    """Whether an `ok` record's value is right; a value it cannot read or compare is wrong."""
+    try:
+        return _compare(task, rec, expected, against_reference)
+    except Exception as exc:  # noqa: BLE001 - whatever a returned value holds, it is one wrong answer
+        return False, f"returned a value the judge cannot compare: {type(exc).__name__}"
+
+
+def _compare(task: Task, rec: dict, expected, against_reference: bool) -> tuple[bool, str]:
     kind = task.verifier.kind
     if kind == "python_check" and not against_reference:
         return True, ""

@@ -6,7 +6,8 @@ with the executor replaced by a direct call to the backend: `whet judge`, the te
 benchmark use it. An attempt whose judgement is an infrastructure failure is re-run after
 the concurrent pass, one at a time (a quiet slot, where starvation by other jobs cannot
 recur), up to `max_retries` times; if it still fails it stays dropped, never rewarded.
-It does NOT publish anything.
+Whatever an attempt or its result holds, it gets its own judgement (`judgement.unjudgeable`
+at worst): no exception of one attempt stops the others. It does NOT publish anything.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 import anyio
 
 from bus.messages import Attempt, ExecutionResult, Verdict
+from judging.attribution import Cause
 from judging.config import JudgeConfig
-from judging.jobs import build_job
-from judging.judgement import Judgement, before_running, candidate_of, judge_result
+from judging.jobs import TaskError, build_job
+from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result, unjudgeable
 
 
 @dataclass
@@ -36,13 +38,18 @@ class Judged:
 
 
 async def judge_once(attempt: Attempt, backend, config: JudgeConfig) -> tuple[Judgement, ExecutionResult | None]:
-    """Build, run and judge the attempt's latest turn once."""
-    cand = candidate_of(attempt)
-    turns = len(attempt.turns)
-    early = before_running(attempt.task, cand, turns, config.reward)
-    if early is not None:
-        return early, None
-    job = build_job(attempt.task, cand, quality=config.reward.quality)
+    """Build, run and judge the attempt's latest turn once: one judgement, whatever it holds."""
+    try:
+        cand = candidate_of(attempt)
+        turns = len(attempt.turns)
+        early = before_running(attempt.task, cand, turns, config.reward)
+        if early is not None:
+            return early, None
+        job = build_job(attempt.task, cand, quality=config.reward.quality)
+    except TaskError as exc:
+        return dropped(Cause("infra.bad_task", str(exc)), [], []), None
+    except Exception as exc:  # noqa: BLE001 - one attempt never stops the rest of a file
+        return unjudgeable(len(attempt.turns), config.reward, f"{type(exc).__name__}: {exc}"), None
     try:
         result = await backend.run(job)
     except Exception as exc:  # noqa: BLE001 - as the executor does: a backend bug is the sandbox's failure

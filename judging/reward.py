@@ -10,8 +10,9 @@ component. The components always sum to the total:
 - `format`: the format bonus, when the format was followed;
 - `turns`: minus `turn_penalty` per turn after the first;
 - `hack`: what brings a flagged attempt to the hack reward (`RewardConfig.hack_reward`, by
-  default the minimum), at or below anything an honest attempt can score: in a group a hack
-  never gets a higher advantage than an honest failure, a syntax error included;
+  default the minimum), strictly below anything an honest attempt can score (`JudgeConfig`
+  refuses weights where it is not): in a group a hack always gets a lower advantage than an
+  honest failure, a syntax error included;
 - `clip`: what clipping to [minimum, maximum] took off;
 - `lint`, `types`, `runtime`: quality bonuses (`judging.quality`), present only when the
   caller passes them, which it does for a passing attempt with quality on, and never

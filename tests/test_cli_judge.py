@@ -147,3 +147,32 @@ def test_backend_choice_in_every_combination():
         backend, problem = choose_backend(asked, False, configured)
         assert backend == "" and "--unsafe-subprocess" in problem
     assert "expected local or docker" in choose_backend("runc", False, "local")[1]
+
+
+FORGER = ("import os\n"
+          "for fd in range(3, 64):\n"
+          "    for line in (b'{\"k\": \"audit\", \"events\": 5}\\n', b'{\"audit\": 5, \"patched\": 7}\\n',\n"
+          "                 b'{\"k\": \"test\", \"id\": [\"x\"], \"status\": {}}\\n'):\n"
+          "        try:\n"
+          "            os.write(fd, line)\n"
+          "        except OSError:\n"
+          "            pass\n"
+          "def f(xs):\n    return sum(xs)\n")
+
+
+@pytest.mark.usefixtures("built_envs")
+def test_an_attempt_that_forges_records_on_every_descriptor_gets_one_verdict(tmp_path):
+    """Malformed records written on every descriptor it can reach (the answer pipe, the report
+    channel if it can reach it) give that attempt one verdict; the next attempt is judged as
+    usual, and `whet judge` exits 0."""
+    task = io_task([([[1, 2]], 3)], [([[4]], 4)], "def f(xs):\n    return sum(xs)\n")
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(msgspec.json.encode(task) + b"\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"task_id": "test/f", "completion": c}) + "\n"
+                               for c in (FORGER, "def f(xs):\n    return sum(xs)\n")))
+    out = whet("judge", str(tasks), str(samples), "--json")
+    assert out.returncode == 0, out.stderr
+    forged, honest = [json.loads(line) for line in out.stdout.splitlines()]
+    assert forged["outcome"] in ("pass", "fail", "hack", "dropped")
+    assert (honest["outcome"], honest["reward"]) == ("pass", 1.0)

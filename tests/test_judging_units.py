@@ -89,20 +89,37 @@ def test_reward_is_clipped_to_the_configured_range():
     assert reward == -1.0 and parts["clip"] == 1.0
 
 
-def test_a_hack_reward_above_an_honest_failure_is_refused(tmp_path):
+def test_a_hack_reward_not_strictly_below_an_honest_failure_is_refused(tmp_path):
     """hack = 0 is above a syntax error (-0.5); with 3 turns the floor of honesty is -0.6, so
-    hack = -0.55 is refused too; hack = -0.6 is accepted and scores exactly that."""
-    for body in ("[judge.reward]\nhack = 0.0\n", "[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.55\n"):
+    hack = -0.55 is refused, and so is -0.6, which ties it; -0.65 is accepted and scores that.
+    With 11 turns the honest floor is clipped to the minimum, which the default hack ties: refused,
+    saying which values to change."""
+    for body in ("[judge.reward]\nhack = 0.0\n", "[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.55\n",
+                 "[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.6\n", "[judge]\nmax_turns = 11\n"):
         path = tmp_path / "bad.toml"
         path.write_text(body)
         with pytest.raises(ConfigError) as err:
             load(path)
         assert err.value.key == "judge" and "honest" in str(err.value)
+        assert all(name in str(err.value) for name in ("hack", "compile_error", "turn_penalty", "max_turns"))
     path = tmp_path / "ok.toml"
-    path.write_text("[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.6\n")
+    path.write_text("[judge]\nmax_turns = 3\n[judge.reward]\nhack = -0.65\n")
     weights = load(path).judge.reward
     assert compose(compiled=True, format_ok=True, layers=[], turns=1, hack=True,
-                   weights=weights)[0] == pytest.approx(-0.6)
+                   weights=weights)[0] == pytest.approx(-0.65)
+
+
+def test_the_default_hack_reward_is_strictly_below_every_honest_reward():
+    """Out of the box, a flagged hack scores below the worst honest attempt: one that does not
+    compile on the last of its turns."""
+    from judging.config import JudgeConfig
+
+    config = JudgeConfig()
+    worst, _ = compose(compiled=False, format_ok=False, layers=[], turns=config.max_turns, hack=False,
+                       weights=config.reward)
+    hack, _ = compose(compiled=True, format_ok=True, layers=_layers((2, 2), (6, 6), (1, 1)), turns=1, hack=True,
+                      weights=config.reward)
+    assert hack < worst and hack < config.reward.lowest_honest(config.max_turns)
 
 
 def test_a_bad_judge_config_names_the_key(tmp_path):
@@ -155,15 +172,24 @@ def test_a_timed_out_call_is_told_apart_by_cpu_and_run_queue_time(record, cause)
     assert timeout_cause(record, "hidden/0").cause == cause
 
 
-@pytest.mark.parametrize("detail,requires,cause", [
-    ("No module named 'json'", "", "infra.missing_dependency"),
-    ("No module named 'numpy'", "numpy", "infra.missing_dependency"),
-    ("No module named 'numpy'", "", "model.runtime_error"),
+@pytest.mark.parametrize("detail,requires,available,cause", [
+    ("No module named 'json'", "", False, "infra.missing_dependency"),
+    ("No module named 'numpy'", "numpy", False, "infra.missing_dependency"),
+    ("No module named 'numpy'", "", False, "model.runtime_error"),
+    ("No module named 'json'", "", True, "model.runtime_error"),
+    ("No module named 'json'", "", None, "model.runtime_error"),
+    ("No module named 'numpy'", "numpy", True, "model.runtime_error"),
 ])
-def test_a_missing_module_is_infrastructure_only_when_the_runtime_owes_it(detail, requires, cause):
-    """The standard library and declared requirements are the runtime's; anything else the model's."""
+def test_a_missing_module_is_infrastructure_only_when_the_harness_finds_the_runtime_lacks_it(
+        detail, requires, available, cause):
+    """The standard library and declared requirements are the runtime's, but only the harness's
+    own look-up (`module_available: false`) proves one missing: a candidate that raises
+    ModuleNotFoundError, or imports a module it deleted or hid, fails by itself."""
     task = io_task([], [], "", requires=requires)
-    t = ScoredTest("hidden/0", "hidden", False, "error", detail, {"etype": "ModuleNotFoundError", "detail": detail})
+    record = {"etype": "ModuleNotFoundError", "detail": detail}
+    if available is not None:
+        record["module_available"] = available
+    t = ScoredTest("hidden/0", "hidden", False, "error", detail, record)
     assert cause_of_test(t, task, ExecutionResult(status="ok")).cause == cause
 
 
