@@ -1,8 +1,9 @@
 """The harness's handle on one worker process: spawn, ask, wait with a deadline, measure, kill.
 
 Consumes requests (dicts), a CPU budget and a deadline; produces `Reply` values: the one
-well-formed answer to the request (its `seq` echoed, its fields of the right types, a
-`ping` barrier after it), `forged` when anything else came on the answer pipe, or what
+well-formed answer to the request (its `seq` echoed, its fields of the right types; a line
+left over from an earlier request shows up before it, and `settle` pings once before a worker
+is closed), `forged` when anything else came on the answer pipe, or what
 happened instead (timeout, exit, killed, output_limit), with wall time, CPU time and run-queue
 delay of the worker's threads (/proc/<pid>/task/*/schedstat; a long delay at the deadline
 is starvation, not slowness). A candidate worker in a namespace of its own is measured and
@@ -103,17 +104,6 @@ class Channel:
         before = _sched(pid)
         deadline = start + (max(wall_s, 0.0) if before else min(max(wall_s, 0.0), wall_cap_s))
         reply = self._exchange(request, deadline, before, cpu_s)
-        if request is not None and reply.status == "ok":
-            # The barrier: the worker answers this only after its answer above, so a second
-            # answer written by the program (before or with it) shows up now. A little room
-            # beyond the call's limits, so an answer given at the limit is not lost.
-            pong = self._exchange({"op": "ping"}, max(deadline, time.monotonic() + 0.1), before, cpu_s + 0.1)
-            if pong.status != "ok":
-                pong.detail = "after answering: " + pong.detail
-                reply = pong
-            else:
-                reply.data["audit"] = (reply.data["audit"] + pong.data["audit"])[:32]
-                reply.data["patched"] = sorted(set(reply.data["patched"]) | set(pong.data["patched"]))[:16]
         if pid != self.pid:
             before = None  # the hello came from the namespace's child: nothing to compare
         reply.wall_s = time.monotonic() - start
@@ -188,19 +178,12 @@ class Channel:
                 elif not chunk:
                     fds.remove(fd)
 
-    def leftover(self) -> str:
-        """What lies unread on the answer pipe of a worker that answered everything ('' if
-        nothing): lines the program wrote after the last barrier."""
-        extra = self.buf
-        try:
-            while len(extra) < 4096 and select.select([self.resp_r], [], [], 0)[0]:
-                chunk = os.read(self.resp_r, 4096)
-                if not chunk:
-                    break
-                extra += chunk
-        except (OSError, ValueError):
-            pass
-        return f"{len(extra)} bytes after the last answer" if extra.strip() else ""
+    def settle(self, wall_s: float) -> str:
+        """The barrier before a live worker is closed: a ping it answers only after every
+        answer before it, so a line the program wrote on its own since shows up now.
+        What was forged ('' if nothing); a worker that does not answer is simply closed."""
+        reply = self._exchange({"op": "ping"}, time.monotonic() + max(wall_s, 0.05), _sched(self.pid), wall_s)
+        return reply.forged
 
     def _take_output(self, fd: int, chunk: bytes) -> bool:
         held = self.out[fd]

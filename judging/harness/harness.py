@@ -284,8 +284,8 @@ class Session:
 
     def close(self) -> None:
         for ch in self.live:
-            extra = ch.leftover() if ch.alive else ""
-            if extra:  # written by the program after its last answer's barrier
+            extra = ch.settle(min(self.spec["call_timeout_s"], 1.0)) if ch.alive else ""
+            if extra:  # a line the program wrote after the last answer the harness read
                 self.report.line(k="audit", events=[f"report_fd: forged answer line: {extra}"], patched=[])
         for ch in [*self.channels.values(), *self.live]:
             ch.close()
@@ -409,9 +409,9 @@ class Session:
                 outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}, cpu_s, wall_s))
                 self.spent(who, outcome)
                 out, err, truncated = ch.output()
-                extra = ch.leftover() if who == "candidate" and ch.alive else ""
+                extra = ch.settle(min(self.spec["call_timeout_s"], 1.0)) if who == "candidate" and ch.alive else ""
                 if extra and not outcome.get("forged"):
-                    outcome.update(status="error", etype="BadAnswer", forged=f"the answer pipe carried {extra}")
+                    outcome.update(status="error", etype="BadAnswer", forged=extra)
                 ch.close()
         finally:
             shutil.rmtree(cwd, ignore_errors=True)
