@@ -95,7 +95,7 @@ def make_spec(task: Task, nonce: str) -> dict:
             "solution": "solution.py", "budget_s": round(max(limits.timeout_s * 0.75 - 0.3, 0.2), 3),
             "call_timeout_s": round(max(limits.timeout_s * 0.25, 0.2), 3),
             "call_cpu_s": round(max(min(limits.cpu_s, limits.timeout_s) * 0.1, 0.1), 3),
-            "memory_mb": limits.memory_mb, "output_bytes": max(limits.output_bytes // 4, 1024),
+            "memory_mb": limits.memory_mb, "pids": limits.pids, "output_bytes": max(limits.output_bytes // 4, 1024),
             "requires": [m.strip() for m in v.extra.get("requires", "").split(",") if m.strip()]}
     if mode == "check":
         spec["prefix"] = v.extra.get("prefix", "")

@@ -20,6 +20,7 @@ It does NOT start engines itself (`sandbox.engine` does) and never reuses a cold
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -46,6 +47,37 @@ WRAPPER = f'exec 3>{IO}/report 2>{IO}/stderr >{IO}/stdout <{IO}/stdin || exit 12
 DRAIN_S = 2.0
 
 
+_DENIED = (
+    # Kernel-wide state, modules, the clock, accounting, swap, consoles.
+    "acct", "add_key", "clock_adjtime", "clock_adjtime64", "clock_settime", "clock_settime64",
+    "delete_module", "finit_module", "init_module", "kexec_file_load", "kexec_load", "keyctl",
+    "request_key", "reboot", "settimeofday", "stime", "swapoff", "swapon", "syslog", "vhangup",
+    "nfsservctl", "uselib", "ustat", "sysfs", "_sysctl", "iopl", "ioperm", "vm86", "vm86old",
+    # Filesystems and mounts (the job needs none), and joining other namespaces.
+    "mount", "umount", "umount2", "pivot_root", "chroot", "fsopen", "fsconfig", "fsmount",
+    "fspick", "move_mount", "open_tree", "mount_setattr", "quotactl", "quotactl_fd",
+    "open_by_handle_at", "lookup_dcookie", "fanotify_init", "setns", "sethostname", "setdomainname",
+    # Other processes' memory and descriptors, tracing, eBPF, memory policy, async I/O rings.
+    "kcmp", "pidfd_getfd", "process_madvise", "process_vm_readv", "process_vm_writev", "ptrace",
+    "bpf", "perf_event_open", "userfaultfd", "get_mempolicy", "mbind", "set_mempolicy",
+    "set_mempolicy_home_node", "move_pages", "migrate_pages", "io_uring_setup", "io_uring_enter",
+    "io_uring_register",
+)
+SECCOMP = json.dumps({
+    "defaultAction": "SCMP_ACT_ALLOW",
+    "archMap": [{"architecture": "SCMP_ARCH_X86_64", "subArchitectures": ["SCMP_ARCH_X86", "SCMP_ARCH_X32"]},
+                {"architecture": "SCMP_ARCH_AARCH64", "subArchitectures": ["SCMP_ARCH_ARM"]}],
+    "syscalls": [{"names": list(_DENIED), "action": "SCMP_ACT_ERRNO", "errnoRet": 1}],
+}, separators=(",", ":"))
+"""The job containers' seccomp profile. The engine's default refuses unshare and namespace
+clones without CAP_SYS_ADMIN, and the harness needs them (without capabilities) to put the
+candidate in a user and PID namespace of its own, where it cannot name the harness or the
+reference. So: every call allowed but these, refused as without this profile (with every
+capability dropped and no_new_privs, a user namespace grants nothing outside itself; the
+local backend runs bubblewrap with no seccomp at all). It is a deny list: a system call a
+newer kernel adds is allowed until it is named here."""
+
+
 def host_config(limits: Limits, binds: list[str], runtime: str, parent: str) -> dict:
     """The HostConfig of a job container: every isolation and limit in one place."""
     memory = limits.memory_mb * 1024 * 1024
@@ -53,7 +85,7 @@ def host_config(limits: Limits, binds: list[str], runtime: str, parent: str) -> 
     config = {
         "NetworkMode": "none", "ReadonlyRootfs": True, "Memory": memory, "MemorySwap": memory,
         "PidsLimit": limits.pids, "NanoCpus": int(limits.cpus * 1e9), "CapDrop": ["ALL"],
-        "SecurityOpt": ["no-new-privileges"], "ShmSize": disk, "Binds": binds,
+        "SecurityOpt": ["no-new-privileges", f"seccomp={SECCOMP}"], "ShmSize": disk, "Binds": binds,
         "Tmpfs": {"/tmp": f"rw,nosuid,nodev,exec,size={disk},mode=1777"},
         "Ulimits": [{"Name": "cpu", "Soft": max(1, int(limits.cpu_s + 0.999)), "Hard": max(1, int(limits.cpu_s + 0.999))},
                     {"Name": "fsize", "Soft": disk, "Hard": disk},

@@ -12,16 +12,22 @@ framework or `__eq__` inside the candidate changes nothing here. Expected values
 `cases` layers never enter the sandbox at all: the returned values go into the report and
 the judge compares them. Robustness inputs (fixed, generated or mutated from the tests'
 own calls) run on the trusted reference in a second worker and on the candidate; both
-values are reported. It does NOT score or attribute: the judge does.
+values are reported. Candidate workers live in a user and PID namespace of their own
+(`isolation` record) with a scratch directory of their own; a reference that fails for a
+reason outside its code gets everything the candidate holds reclaimed and one retry, then
+is the judge's fault (`infra` reference). It does NOT score or attribute: the judge does.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import hashlib
+import importlib.machinery
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import sys
@@ -44,6 +50,16 @@ SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "
 
 class BudgetSpent(BaseException):
     """The harness's own deadline passed: stop running tests, report what is left."""
+
+
+class JudgeFault(BaseException):
+    """The reference or a worker could not be started even after a reclaim (reported)."""
+
+
+NS_FAILED = 75
+"worker.py's exit code when it had to isolate and could not."
+PIDS_MARGIN = 12
+"Processes the candidate's RLIMIT_NPROC leaves to the harness and the reference."
 
 
 class Report:
@@ -70,6 +86,9 @@ class Session:
     def __init__(self, spec: dict, report: Report) -> None:
         self.spec, self.report = spec, report
         self.scratch = tempfile.mkdtemp(prefix="whet-h-")
+        self.dirs = {who: os.path.join(self.scratch, who) for who in ("candidate", "reference", "io")}
+        for d in self.dirs.values():
+            os.mkdir(d, 0o700)
         self.channels: dict[str, channel.Channel] = {}
         self.load_failed: dict[str, dict] = {}
         self.sources = {"candidate": _read(spec["solution"]), "reference": spec.get("reference", "")}
@@ -81,6 +100,12 @@ class Session:
         self.layer = ""
         self.cpu: dict[tuple[str, str], float] = {}
         "CPU seconds of the calls and scripts each side ran, by (who, layer)."
+        self.isolation = ""
+        "How the first candidate worker ran ('pidns' or 'shared: why'); later ones must match."
+        pids = spec.get("pids")
+        self.nproc = max(int(pids) - PIDS_MARGIN, 4) if isinstance(pids, int) and pids > 0 else 0
+        self.live: list[channel.Channel] = []
+        "Every candidate worker not yet closed (script mode has one per run)."
 
     def spent(self, who: str, outcome: dict) -> None:
         key = (who, self.layer)
@@ -89,10 +114,47 @@ class Session:
     # --- talking to workers ----------------------------------------------------------------
 
     def channel(self, who: str, **kw) -> channel.Channel:
-        return channel.Channel(who, cwd=kw.pop("cwd", self.scratch),
-                               memory_mb=self.spec["memory_mb"], report_fd=self.report.fd,
-                               output_cap=self.spec["output_bytes"], printed=self.printed,
-                               site=bool(self.spec.get("requires")), **kw)
+        """A started worker for `who` (OSError when none can be). The reference's output is
+        captured, never forwarded or counted against the candidate's cap."""
+        if who == "candidate":
+            ns = "-" if self.isolation.startswith("shared") else f"{self.nproc}" + ("!" if self.isolation else "")
+            kw.setdefault("ns", ns)
+        else:
+            kw.setdefault("capture", True)
+        ch = channel.Channel(who, cwd=kw.pop("cwd", self.dirs[who]),
+                             memory_mb=self.spec["memory_mb"], report_fd=self.report.fd,
+                             output_cap=self.spec["output_bytes"], printed=self.printed if who == "candidate" else [0],
+                             site=bool(self.spec.get("requires")), **kw)
+        if who == "candidate":
+            self.live = [c for c in self.live if c.alive] + [ch]
+        return ch
+
+    def start(self, who: str, **kw) -> tuple[channel.Channel | None, dict]:
+        """A worker that said hello, and the hello's outcome; for the candidate, one that
+        cannot start gets everything the candidate holds reclaimed and one more try, then
+        is the judge's fault (`infra` spawn)."""
+        for attempt in (0, 1):
+            try:
+                ch = self.channel(who, **kw)
+            except OSError as exc:
+                ch, outcome = None, {"status": "spawn", "detail": f"could not start a worker: {exc}"}
+            else:
+                outcome = self.outcome(who, self.ask(ch, None, self.spec["call_timeout_s"]))
+                if who == "candidate" and outcome.get("exit_code") == NS_FAILED:
+                    outcome = {"status": "spawn", "detail": "no namespace for the candidate"}
+                if outcome["status"] != "ok":
+                    ch.close()
+                    ch = None
+            if who != "candidate" or outcome["status"] != "spawn":
+                break
+            if attempt:
+                self.report.line(k="infra", what="spawn", detail=outcome["detail"][:500])
+                raise JudgeFault()
+            self.reclaim()
+        if ch is not None and who == "candidate" and not self.isolation:
+            self.isolation = ch.isolation or "shared: the worker did not say"
+            self.report.line(k="isolation", candidate=self.isolation)
+        return ch, outcome
 
     def ready(self, who: str) -> channel.Channel | dict:
         if who in self.load_failed:
@@ -100,30 +162,67 @@ class Session:
         ch = self.channels.get(who)
         if ch is not None and ch.alive:
             return ch
-        ch = self.channels[who] = self.channel(who)
-        for request in (None, {"op": "load", "source": self.sources[who], "entry": self.spec["entry_point"],
-                               "filename": f"{who if who == 'reference' else 'solution'}.py"}):
-            outcome = self.outcome(who, self.ask(ch, request, self.spec["call_timeout_s"]))
-            if outcome["status"] != "ok":
-                outcome["detail"] = "while loading: " + outcome["detail"]
-                self.load_failed[who] = outcome
-                ch.close()
-                return outcome
-        return ch
+        ch, outcome = self.start(who)
+        if ch is not None:
+            self.channels[who] = ch
+            outcome = self.outcome(who, self.ask(ch, {"op": "load", "source": self.sources[who],
+                                                      "entry": self.spec["entry_point"],
+                                                      "filename": f"{who if who == 'reference' else 'solution'}.py"},
+                                                 self.spec["call_timeout_s"]))
+            if outcome["status"] == "ok":
+                return ch
+        outcome["detail"] = "while loading: " + outcome["detail"]
+        if who == "reference":
+            outcome.update(lost=True, not_started=True)
+        self.load_failed[who] = outcome
+        if ch is not None:
+            ch.close()
+        return outcome
 
     def call(self, who: str, args: list, cpu_s: float = 0.0, wall_s: float = 1e9) -> dict:
+        if who == "reference":
+            return self.trusted(self._call, args, cpu_s, wall_s)
+        return self._call(who, args, cpu_s, wall_s)
+
+    def _call(self, who: str, args: list, cpu_s: float = 0.0, wall_s: float = 1e9) -> dict:
         ch = self.ready(who)
         if isinstance(ch, dict):
             return dict(ch)
         outcome = self.outcome(who, self.ask(ch, {"op": "call", "args": args}, cpu_s, wall_s))
         self.spent(who, outcome)
-        if outcome["status"] not in ("ok", "error", "unencodable"):
-            ch.close()  # it hung, exited or flooded: the next call gets a fresh worker
+        if outcome["status"] not in ("ok", "error", "unencodable") or outcome.get("forged"):
+            ch.close()  # it hung, exited, flooded or forged: the next call gets a fresh worker
         if who == "candidate":
             self.hash.update(f"{outcome['status']}|{wire.dumps(outcome.get('value'))}\n".encode())
             if len(self.calls) < 400:
                 self.calls.append(args)
         return outcome
+
+    def trusted(self, run, *args) -> dict:
+        """Run the reference; when it fails for a reason outside its own code on this input
+        (it could not start or load, was killed, ended, or waited past the wall clock with
+        its CPU unspent), reclaim everything the candidate holds and try once more. One that
+        still cannot start or load is the judge's fault; one that runs and fails keeps that."""
+        outcome = run("reference", *args)
+        if outcome.pop("lost", False) and self.deadline - time.monotonic() > 0.01:
+            self.reclaim()
+            outcome = run("reference", *args)
+            outcome.pop("lost", False)
+            if outcome.get("not_started"):
+                self.report.line(k="infra", what="reference", detail=outcome["detail"][:500])
+                raise JudgeFault()
+        outcome.pop("not_started", None)
+        return outcome
+
+    def reclaim(self) -> None:
+        """Kill every worker (the candidate's with all it forked) and wipe the candidate's scratch."""
+        for ch in [*self.channels.values(), *self.live]:
+            ch.close()
+        self.channels.clear()
+        self.live.clear()
+        self.load_failed.pop("reference", None)
+        shutil.rmtree(self.dirs["candidate"], ignore_errors=True)
+        os.makedirs(self.dirs["candidate"], 0o700, exist_ok=True)
 
     def ask(self, ch: channel.Channel, request: dict | None, cpu_s: float = 0.0,
             wall_s: float = 1e9) -> channel.Reply:
@@ -132,7 +231,8 @@ class Session:
                       cpu_s or self.spec["call_cpu_s"], min(self.spec["call_timeout_s"], wall_s))
 
     def outcome(self, who: str, r: channel.Reply) -> dict:
-        """One call's result as a plain record: status, detail, value and measurements."""
+        """One call's result as a plain record: status, detail, value and measurements.
+        The reference's records say `lost` when the failure was not its code's."""
         out = {"status": r.status, "detail": r.detail, "wall_s": round(r.wall_s, 4),
                "cpu_s": round(r.cpu_s, 4), "rss_mb": round(r.rss_mb, 1)}
         if r.run_delay_s is not None:
@@ -141,28 +241,53 @@ class Session:
             out["limit"] = r.data.get("limit", "wall")
         if r.exit_code is not None:
             out["exit_code"] = r.exit_code
+        if r.status == "forged":
+            out.update(status="error", etype="BadAnswer", forged=r.forged)
+        if who == "reference" and r.status != "ok" and not (r.status == "timeout" and out["limit"] == "cpu"):
+            out["lost"] = True
         d = r.data
         if who == "candidate" and (d.get("audit") or d.get("patched")):
-            self.report.line(k="audit", events=d.get("audit", []), patched=d.get("patched", []))
+            self.report.line(k="audit", events=[e[:500] for e in d.get("audit", [])], patched=d.get("patched", []))
         if r.status != "ok" or "hello" in d:
             if "landlock" in d:
-                self.report.line(k="landlock", who=who, status=d["landlock"])
+                self.report.line(k="landlock", who=who, status=d["landlock"][:200])
             return out
         if "exit" in d:
             out.update(status="exit", exit_code=d["exit"], detail=f"SystemExit({d['exit']})")
             if d.get("finished"):
                 out.update(finished=True, detail="ran to its end")
         elif "unencodable" in d:
-            out.update(status="unencodable", detail=f"returned {d['unencodable']}",
+            out.update(status="unencodable", detail=f"returned {d['unencodable'][:500]}",
                        eq_override=bool(d.get("eq_override")))
         elif d.get("ok") is False:
-            out.update(status="error", etype=str(d.get("etype")), detail=str(d.get("tb") or d.get("error")))
+            out.update(status="error", etype=d["etype"][:100], detail=d["tb"] or d["error"])
+            if who == "candidate" and out["etype"] in ("ModuleNotFoundError", "ImportError"):
+                out["module_available"] = self.module_available(d.get("module") or _module_named(d["error"]))
         elif "value" in d:
             out["value"] = d["value"]
         return out
 
+    def module_available(self, name: str) -> bool:
+        """Whether the runtime has top-level module `name` where the candidate's worker looks
+        (checked here, with find_spec, never importing it)."""
+        top = name.split(".")[0]
+        if not top.isidentifier():
+            return False
+        if top in sys.builtin_module_names or importlib.machinery.FrozenImporter.find_spec(top):
+            return True
+        paths = [p for p in sys.path if p and os.path.abspath(p) != HERE]
+        if self.spec.get("requires"):
+            import site
+
+            paths += site.getsitepackages()
+        return importlib.machinery.PathFinder.find_spec(top, paths) is not None
+
     def close(self) -> None:
-        for ch in self.channels.values():
+        for ch in self.live:
+            extra = ch.settle(min(self.spec["call_timeout_s"], 1.0)) if ch.alive else ""
+            if extra:  # a line the program wrote after the last answer the harness read
+                self.report.line(k="audit", events=[f"report_fd: forged answer line: {extra}"], patched=[])
+        for ch in [*self.channels.values(), *self.live]:
             ch.close()
         shutil.rmtree(self.scratch, ignore_errors=True)  # a plain backend's /tmp is shared
 
@@ -253,23 +378,47 @@ class Session:
         return outcomes
 
     def script(self, who: str, case: dict, cpu_s: float = 0.0, wall_s: float = 1e9) -> dict:
-        cwd = tempfile.mkdtemp(prefix="case-", dir=self.scratch)
-        for name, text in case.get("files", {}).items():
-            path = os.path.join(cwd, name)
-            if os.path.dirname(os.path.abspath(path)).startswith(cwd):
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "w") as f:
-                    f.write(text)
-        stdin_path = os.path.join(self.scratch, f"stdin-{os.path.basename(cwd)}")
-        with open(stdin_path, "w") as f:
-            f.write(case.get("stdin", ""))
-        ch = self.channel(who, cwd=cwd, capture=True, stdin_path=stdin_path)
-        outcome = self.outcome(who, self.ask(ch, None, self.spec["call_timeout_s"]))
-        if outcome["status"] == "ok":
-            outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}, cpu_s, wall_s))
-            self.spent(who, outcome)
-        out, err, truncated = ch.output()
-        ch.close()
+        if who == "reference":
+            return self.trusted(self._script, case, cpu_s, wall_s)
+        try:
+            return self._script(who, case, cpu_s, wall_s)
+        except OSError:  # no room for its case: what the candidate left is reclaimed first
+            self.reclaim()
+            try:
+                return self._script(who, case, cpu_s, wall_s)
+            except OSError as exc:
+                self.report.line(k="infra", what="spawn", detail=f"cannot lay out a case: {exc}"[:500])
+                raise JudgeFault() from None
+
+    def _script(self, who: str, case: dict, cpu_s: float = 0.0, wall_s: float = 1e9) -> dict:
+        """One run of `who` as a script in a case directory of its own, removed after it."""
+        try:
+            cwd = tempfile.mkdtemp(prefix="case-", dir=self.dirs[who])
+            stdin_path = os.path.join(self.dirs["io"], f"stdin-{who}-{os.path.basename(cwd)}")
+            _lay_out(cwd, case, stdin_path)
+        except OSError as exc:
+            if who != "reference":
+                raise
+            return {"status": "spawn", "detail": f"cannot lay out a case: {exc}", "lost": True, "not_started": True}
+        try:
+            ch, outcome = self.start(who, cwd=cwd, capture=True, stdin_path=stdin_path)
+            out, err, truncated = "", "", False
+            if ch is None and who == "reference":
+                outcome.update(lost=True, not_started=True)
+            elif ch is not None:
+                outcome = self.outcome(who, self.ask(ch, {"op": "script", "source": self.sources[who]}, cpu_s, wall_s))
+                self.spent(who, outcome)
+                out, err, truncated = ch.output()
+                extra = ch.settle(min(self.spec["call_timeout_s"], 1.0)) if who == "candidate" and ch.alive else ""
+                if extra and not outcome.get("forged"):
+                    outcome.update(status="error", etype="BadAnswer", forged=extra)
+                ch.close()
+        finally:
+            shutil.rmtree(cwd, ignore_errors=True)
+            try:
+                os.unlink(stdin_path)
+            except OSError:
+                pass
         if outcome["status"] == "exit":
             outcome["status"] = "ok"  # a script may end with sys.exit(); its output is judged
             if not outcome.pop("finished", False):
@@ -308,6 +457,22 @@ class Session:
             self.test(test_id, "robustness", outcome)
 
 
+def _lay_out(cwd: str, case: dict, stdin_path: str) -> None:
+    for name, text in case.get("files", {}).items():
+        path = os.path.join(cwd, name)
+        if os.path.dirname(os.path.abspath(path)).startswith(cwd):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w") as f:
+                f.write(text)
+    with open(stdin_path, "w") as f:
+        f.write(case.get("stdin", ""))
+
+
+def _module_named(error: str) -> str:
+    found = re.search(r"No module named '([^']+)'", error)
+    return found.group(1) if found else ""
+
+
 def _exec_trusted(source: str, ns: dict) -> None:
     try:
         exec(compile(source, "<prefix>", "exec"), ns)
@@ -330,6 +495,7 @@ def _shipped_digest() -> dict:
 
 def run(spec: dict, report: Report) -> None:
     report.line(k="start", nonce=spec["nonce"], python=sys.version.split()[0])
+    ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem for same-uid peers
     for module in spec.get("requires", []):
         try:
             __import__(module)
@@ -354,6 +520,10 @@ def run(spec: dict, report: Report) -> None:
                 report.line(k="quality", runtime=session.reference_runtime(float(quality.get("wall_s", 8.0))))
         except BudgetSpent:
             report.line(k="quality", runtime={"error": "the reference ran past the allowance"})
+    except JudgeFault:
+        pass  # its infra record is written; the tests left are not run
+    except Exception:  # noqa: BLE001 - a harness fault is reported, and the report still ends
+        report.line(k="crash", error=traceback.format_exc()[-3000:])
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         session.close()

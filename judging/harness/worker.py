@@ -1,27 +1,28 @@
 """Host one program (the candidate, or the trusted reference) for the harness, over two pipes.
 
-Run by `harness.py` as `python3 -P -s worker.py MODE FD_IN FD_OUT MEMORY_MB REPORT_FD`.
-Consumes JSON-line requests on FD_IN: `load` (source and entry point), `call` (encoded
-arguments) or `script` (run the source as __main__ on the real stdin); produces one JSON
-line per request on FD_OUT: an encoded return value, an error with its traceback, an exit
-code, or a refusal to encode. Every answer carries `audit`: suspicious things the program did
-(opening the harness directory or another process's /proc, writing there, signalling another
-process, opening the report descriptor) and `patched`: built-ins it replaced.
+Run by `harness.py` as `python3 -P -s worker.py MODE FD_IN FD_OUT MEMORY_MB REPORT_FD NS`.
+Consumes JSON-line requests on FD_IN (`load`, `call`, `script`, `ping`, each with a `seq`);
+produces exactly one JSON line per request on FD_OUT, echoing its `seq`: an encoded value,
+an error, an exit code, a refusal to encode or a pong; each carries `audit` (suspicious
+things the program did) and `patched` (built-ins it replaced).
 
-Before a candidate runs a line, this process denies itself (Landlock, no-new-privs, where the
-kernel has them) reading anything outside the system's library paths and its own scratch
-directory: the harness files, the job directory and /proc of other processes are out of
-reach, and signals to processes outside (the harness) are refused. It never sees tests or
-expected values: those stay in the harness process. It does NOT judge anything.
+A candidate worker (NS = its RLIMIT_NPROC, or -1 for none) first enters a user and PID
+namespace of its own (`isolate`): it forks, the child is pid 1 there with no capabilities
+and the parent only relays its exit, so the candidate cannot name the harness or the
+reference, and all it forks dies with it. Then Landlock and no-new-privs confine it to its
+scratch directory and the system paths. It never sees tests or expected values. It does
+NOT judge anything.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import json
 import linecache
 import os
 import resource
+import signal
 import sys
 import traceback
 
@@ -100,6 +101,95 @@ def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+# --- namespaces ----------------------------------------------------------------------------
+
+CLONE_NEWUSER, CLONE_NEWPID = 0x10000000, 0x20000000
+INNER_ID = 1000
+"The candidate's uid and gid inside its namespace: not 0, so it holds no capabilities there."
+NS_FAILED = 75
+"Exit code of a worker told to isolate (the job's earlier ones did) that could not."
+
+
+def isolate(fd_out: int, nproc: int) -> str:
+    """Move the candidate into a user and PID namespace of its own; 'pidns' or 'shared: why'.
+
+    The calling process stays outside as a relay: it tells the harness the child's pid
+    (as the harness sees it), lets the child go on, and exits as the child did."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWPID) != 0:
+        err = ctypes.get_errno()
+        return f"shared: unshare failed ({os.strerror(err)})"
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{INNER_ID} {uid} 1"),
+                       ("gid_map", f"{INNER_ID} {gid} 1")):
+        try:
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+        except OSError:
+            pass  # unmapped ids still hold no capability outside; the namespace still holds
+    go_r, go_w = os.pipe()
+    try:
+        child = os.fork()
+    except OSError as exc:
+        return f"shared: fork into the namespace failed ({exc.strerror})"
+    if child == 0:
+        os.close(go_w)
+        os.read(go_r, 1)  # the harness learns this pid before this side writes anything
+        os.close(go_r)
+        _confine(libc, nproc)
+        return "pidns"
+    os.close(go_r)
+    _write(fd_out, json.dumps({"seq": 0, "ns_pid": child}).encode() + b"\n")
+    os.close(go_w)
+    _relay(child)
+
+
+def _confine(libc, nproc: int) -> None:
+    """Inside the namespace: become its uid 1000 without capabilities, fork-limited, the
+    first the OOM killer takes."""
+    os.setsid()  # out of the relay's process group: kill(0, ...) cannot reach it
+    try:
+        os.setresgid(INNER_ID, INNER_ID, INNER_ID)
+        os.setresuid(INNER_ID, INNER_ID, INNER_ID)
+    except OSError:
+        pass
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+    libc.syscall(126, ctypes.byref(header), ctypes.byref(data))  # capset
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS
+    if nproc > 0:
+        # Counted per (namespace, uid): the candidate's own processes, nobody else's.
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+
+
+def _relay(child: int) -> None:
+    """The outside half: hold nothing of the candidate's, wait, and end as the child ended."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, 1 << 16)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    _, status = os.waitpid(child, 0)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 70)
+
+
+def _write(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
 # --- audit ---------------------------------------------------------------------------------
 
 class Audit:
@@ -109,6 +199,10 @@ class Audit:
         self.report_fd = report_fd
         self.events: list[str] = []
         self.pid = os.getpid()
+        try:
+            self.proc_pid = int(os.readlink("/proc/self"))  # its number in /proc (outside its namespace)
+        except (OSError, ValueError):
+            self.proc_pid = self.pid
 
     def __call__(self, event: str, args: tuple) -> None:
         if len(self.events) >= 32:
@@ -120,7 +214,8 @@ class Audit:
             if path and _inside(path, HERE):
                 kind = "listed" if event in _LISTS else "tampered"
                 self.events.append(f"{kind}: {event} {path}")
-        elif event in _KILLS and args and args[0] not in (0, self.pid):
+        elif event in _KILLS and args and args[0] != self.pid:
+            # 0 too: a process group, or the parent outside a namespace (getppid() is 0 there)
             self.events.append(f"signalled: {event} {args[0]}")
 
     def _open(self, target, mode, flags) -> None:
@@ -134,7 +229,7 @@ class Audit:
         writing = any(c in str(mode) for c in "wax+") or flags & (os.O_WRONLY | os.O_RDWR)
         if _inside(path, HERE):
             self.events.append(f"{'tampered' if writing else 'read_verifier'}: open {path}")
-        elif path.startswith("/proc/") and not path.startswith(("/proc/self/", f"/proc/{self.pid}/")):
+        elif path.startswith("/proc/") and not path.startswith(("/proc/self/", f"/proc/{self.proc_pid}/")):
             self.events.append(f"read_verifier: open {path}")
         elif path.endswith(f"/fd/{self.report_fd}"):
             self.events.append(f"report_fd: open {path}")
@@ -184,7 +279,12 @@ class Worker:
             reply = {"exit": code}
         except BaseException as exc:  # noqa: BLE001 - anything the program raised is data
             reply = _error(exc)
+        reply["seq"] = req["seq"]
         self.answer(reply)
+
+    def op_ping(self, req: dict) -> dict:
+        """The barrier after an answer: every line written before this one is in the pipe."""
+        return {"pong": True}
 
     def op_load(self, req: dict) -> dict:
         namespace = {"__name__": "solution", "__builtins__": builtins}
@@ -221,7 +321,10 @@ def _error(exc: BaseException) -> dict:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _inside(f.filename, HERE)]
     tb = "".join(traceback.format_list(frames[-6:]))
     tb += "".join(traceback.format_exception_only(type(exc), exc))
-    return {"ok": False, "etype": type(exc).__name__, "error": str(exc)[:500], "tb": tb[-2000:]}
+    out = {"ok": False, "etype": type(exc).__name__, "error": str(exc)[:500], "tb": tb[-2000:]}
+    if isinstance(exc, ImportError) and isinstance(exc.name, str):
+        out["module"] = exc.name[:200]
+    return out
 
 
 def _remember_source(filename: str, source: str) -> None:
@@ -231,26 +334,34 @@ def _remember_source(filename: str, source: str) -> None:
 
 def main() -> None:
     mode, fd_in, fd_out, memory_mb, report_fd = sys.argv[1], *map(int, sys.argv[2:6])
+    ns = sys.argv[6] if len(sys.argv) > 6 else "-"
     scratch = os.getcwd()
     limit = memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     audit = None
-    status = "not applied"
+    status, isolation = "not applied", None
     for name in (__file__, wire.__file__):
         linecache.getlines(name)  # cached now, so no traceback opens them later
     if mode == "candidate":
+        if ns != "-":
+            isolation = isolate(fd_out, int(ns.rstrip("!")))
+            if ns.endswith("!") and isolation != "pidns":
+                os._exit(NS_FAILED)  # the job's other workers had one: no weaker fallback
         status = landlock(scratch)
         audit = Audit(report_fd)
         sys.addaudithook(audit)
+    else:
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem for same-uid peers
     worker = Worker(mode, fd_out, audit)
-    worker.answer({"hello": True, "landlock": status})
+    hello = {"seq": 0, "hello": True, "landlock": status}
+    if isolation is not None:
+        hello["isolation"] = isolation
+    worker.answer(hello)
     requests = os.fdopen(fd_in, "rb", buffering=0)
     for line in iter(requests.readline, b""):
         req = json.loads(line)
         worker.handle(req)
-        if req["op"] == "script":
-            break
     sys.stdout.flush()
 
 
