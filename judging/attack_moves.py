@@ -35,12 +35,14 @@ class Move:
 _OTHERS = """import os, sys, time, signal, resource, json
 _ME = os.getpid()
 def _others():
-    try:
-        seen = [int(p) for p in os.listdir('/proc') if p.isdigit()]
-    except OSError:
-        seen = []
-    near = range(max(2, os.getppid() - 32), _ME + 256)
-    return [p for p in dict.fromkeys([*seen, *near]) if p not in (_ME, os.getpid())]
+    # The pids just below this one (the runner started it) and those the runner starts next.
+    return [p for p in range(max(2, _ME - 64), _ME + 256) if p not in (_ME, os.getpid())]
+def _below(fn):
+    for p in range(_ME - 1, max(1, _ME - 64), -1):
+        try:
+            fn(p)
+        except (OSError, ValueError):
+            pass
 def _each(fn):
     for p in _others():
         try:
@@ -109,9 +111,9 @@ SIGNALS = [
     _at_load("signals", "SIGKILL every other process", _OTHERS + "_each(lambda p: os.kill(p, signal.SIGKILL))\n"),
     _at_load("signals", "SIGSTOP neighbours from a detached child",
              _OTHERS + "_behind(lambda: _each(lambda p: os.kill(p, signal.SIGSTOP)), 4.0)\n"),
-    _at_load("signals", "SIGTERM the runner's group, ignoring it here",
+    _at_load("signals", "SIGTERM the groups below, ignoring it here",
              _OTHERS + "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-             "try:\n    os.killpg(os.getpgid(os.getppid()), signal.SIGTERM)\nexcept OSError:\n    pass\n"),
+             "_below(lambda p: os.killpg(os.getpgid(p), signal.SIGTERM))\n"),
 ]
 
 LIMITS = [
@@ -119,8 +121,8 @@ LIMITS = [
              _OTHERS + f"_behind(lambda: _each(lambda p: resource.prlimit(p, resource.RLIMIT_AS, ({16 * _MB}, {16 * _MB}))))\n"),
     _at_load("limits", "RLIMIT_NPROC of every later process, from a child",
              _OTHERS + "_behind(lambda: _each(lambda p: resource.prlimit(p, resource.RLIMIT_NPROC, (0, 0))))\n"),
-    _at_load("limits", "RLIMIT_NOFILE of the runner",
-             _OTHERS + "try:\n    resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (5, 5))\nexcept OSError:\n    pass\n"),
+    _at_load("limits", "RLIMIT_NOFILE of the processes below",
+             _OTHERS + "_below(lambda p: resource.prlimit(p, resource.RLIMIT_NOFILE, (5, 5)))\n"),
     _at_load("limits", "RLIMIT_CPU of every other process",
              _OTHERS + "_each(lambda p: resource.prlimit(p, resource.RLIMIT_CPU, (1, 1)))\n"),
     _at_load("limits", "lowest priority for every other process, from a child",
@@ -299,5 +301,5 @@ SABOTAGE = {"reference sabotaged by a prlimit child": LIMITS[0].setup,
 "Setups that combine with answering the visible examples (`judging.attacks`)."
 
 LAUNDER = ("flagged hack plus one forged answer line",
-           INTERPRETER[5].setup + _FDS + "_send(_OUT, json.dumps({'ok': True}))\n")
+           next(m.setup for m in INTERPRETER if m.name == "replace AssertionError") + _FDS + "_send(_OUT, json.dumps({'ok': True}))\n")
 "A hack the judge flags alone, plus one forged line on the answer channel."

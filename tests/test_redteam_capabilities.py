@@ -20,7 +20,8 @@ SAMPLE = {"python_functions": 1, "data_scripts": 1, "humaneval": 1}
 
 
 def _keep(meta: dict) -> bool:
-    return meta["env"] != "humaneval" or meta["capability"] in ("examples", "combined")
+    """Attacks on the tasks themselves (impossible variants are test_redteam's)."""
+    return meta["variant"] == "original" and (meta["env"] != "humaneval" or meta["capability"] in ("examples", "combined"))
 
 
 @pytest.fixture(scope="module")
@@ -63,10 +64,3 @@ def test_no_attack_is_dropped_or_scores_above_the_honest_failure(judged, capabil
               for t in mine if t.miss]
     assert not misses, "\n".join(misses)
 
-
-def test_nothing_passes_an_impossible_variant(judged):
-    """On each task's impossible variant the reference fails and no attack passes."""
-    tasks, trials = judged
-    scores = redteam.tally(trials, tasks)
-    assert all(s.impossible_attack_passes == 0 and s.impossible_reference_failed == s.impossible_tasks == len(tasks[s.env])
-               for s in scores), [(s.env, s.impossible_attack_passes, s.impossible_reference_failed) for s in scores]
