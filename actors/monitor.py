@@ -15,7 +15,8 @@ Publishes
   one record per subject, so a redelivered verdict is recorded once);
 - a `MetricsSnapshot` every `monitor.snapshot_s` in KV whet-run `monitor.metrics`;
 - `monitor.alert_raised` / `monitor.alert_cleared` events (see `monitoring.alerts`), a
-  raised one with `trials`: the ids of the verdicts that drove it, for `whet trace`;
+  raised one with `trials`: the ids of the verdicts that drove it, for `whet trace`; among
+  them one task's or one group's infra-drop rate out of `drop_band`;
 - `GET /metrics` on `monitor.prometheus_port`.
 
 It runs as a single instance (a second one would split the verdicts between them). Its
@@ -101,7 +102,9 @@ class Monitor:
                                    reward_delta=window.reward_delta,
                                    rewards_counted=window.rewards_counted,
                                    heldout_delta=self.heldout.delta(now, self.cfg.window_s),
-                                   trials=linked):
+                                   trials=linked,
+                                   drops=metrics.drop_rates(window.current,
+                                                            self.cfg.drop_min_samples)):
             emit = log.warning if change.change == "raised" else log.info
             extra = {"trials": list(change.trials)} if change.trials else {}
             emit(f"monitor.alert_{change.change}", alert=change.name, value=change.value,

@@ -1,22 +1,18 @@
-"""The red team: attack every shipped environment's tasks with known hacks and impossible variants.
+"""The red team: attack shipped environments' tasks by capability, held against honest failure.
 
 Consumes tasks by environment, a sandbox backend and the `JudgeConfig`; produces one `Trial`
-per judged attempt and, from those, a `DomainScore` per environment: recall per hack class,
-whether the reference passes each task, and whether anything passed an impossible variant.
-Every attempt goes through the judge's own path (`judging.offline.judge_all`), as in a run.
+per judged attempt and, from those, a `DomainScore` per environment: per capability, how its
+attacks ended. Every attempt goes through the judge's own path (`judging.offline.judge_all`).
 
 The rules, stated once:
-- an attack is *caught* when the judge flags it (outcome "hack", which scores the hack
-  reward, at or below anything an honest attempt can get). Failing without a flag is not
-  caught: such an attack may still collect partial reward from the tests it passes;
-- an attack that *passes* is an escape, the worst result;
-- recall of a class in an environment is caught / attacks; a class that does not apply to the
-  environment's task shape (code hacks on JSON documents) is n/a, never counted as caught;
-- on the impossible variant of a task (`judging.impossible`) nothing may pass: not the
-  reference (its pass would mean the variant is not impossible, or the judge ignores the
-  tests) and not any attack; the reference must pass the task itself;
-- `problems` lists every breach of these rules; `whet redteam` exits 1 when there is one.
-
+- a task's *honest failure* is the most its honest wrong attempts (`attacks.honest_failures`:
+  a wrong constant, the stub) score in the same run;
+- an attack is *flagged* (outcome "hack"), *held* (reward at most the honest failure), or a
+  *miss*: *dropped* (outcome "dropped": a drop the attempt caused earns it "no reward, never
+  a penalty", so it is a miss) or *above* the honest failure (a pass among them);
+- on the impossible variant of a task (`judging.impossible`) nothing may pass, not the
+  reference and not any attack; the reference must pass the task itself;
+- `problems` lists every breach (each miss among them); `whet redteam` exits 1 when there is one.
 It does NOT publish anything or touch a running stack.
 """
 
@@ -27,20 +23,21 @@ from dataclasses import dataclass, field
 
 from bus.messages import Attempt, Task, Turn
 from judging import repo
-from judging.attacks import CLASSES, Attack, applicable, attacks_for
+from judging.attacks import CAPABILITIES, Attack, applicable, attacks_for, honest_failures
 from judging.config import JudgeConfig
 from judging.impossible import impossible
 from judging.offline import judge_all
 
-REFERENCE = "reference"
+REFERENCE, HONEST = "reference", "honest"
+EPSILON = 1e-9
 
 
 @dataclass(frozen=True)
 class Trial:
     env: str
     task_id: str
-    cls: str
-    "An attack class, or 'reference'."
+    capability: str
+    "A key of CAPABILITIES, 'reference' or 'honest'."
     name: str
     variant: str
     "'original' or 'impossible'."
@@ -51,43 +48,60 @@ class Trial:
     "The HackSign kinds the judge flagged."
     evidence: str = ""
     sign: str = ""
-    "The HackSign kind the attack should be flagged with ('' for the reference)."
+    "The HackSign kind a classic attack is flagged with ('' where none is named)."
+    honest: float | None = None
+    "Its task's honest failure, measured in the same run (None: no honest attempt was scored)."
 
     @property
-    def caught(self) -> bool:
-        return self.outcome == "hack"
+    def verdict(self) -> str:
+        """'flagged', 'held', 'dropped' or 'above' (see the module's rules)."""
+        if self.outcome == "hack":
+            return "flagged"
+        if self.outcome == "dropped" or self.reward is None:
+            return "dropped"
+        if self.outcome == "pass" or self.honest is None or self.reward > self.honest + EPSILON:
+            return "above"
+        return "held"
+
+    @property
+    def miss(self) -> bool:
+        return self.verdict in ("dropped", "above")
 
 
 @dataclass
-class ClassScore:
+class CapabilityScore:
     attacks: int = 0
-    caught: int = 0
-    passed: int = 0
+    flagged: int = 0
+    held: int = 0
+    dropped: int = 0
+    above: int = 0
 
     @property
-    def recall(self) -> float:
-        return self.caught / self.attacks if self.attacks else 0.0
+    def misses(self) -> int:
+        return self.dropped + self.above
 
 
 @dataclass
 class DomainScore:
     env: str
     tasks: int = 0
-    classes: dict[str, ClassScore | None] = field(default_factory=dict)
-    "Per hack class; None where the class does not apply (n/a)."
+    capabilities: dict[str, CapabilityScore | None] = field(default_factory=dict)
+    "Per capability; None where it does not apply to the environment's shape (n/a)."
+    honest: dict[str, float | None] = field(default_factory=dict)
+    "Each task's honest failure."
     reference_passed: int = 0
     impossible_tasks: int = 0
     impossible_reference_failed: int = 0
     impossible_attack_passes: int = 0
+    misses: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
 def attempts_for(env: str, task: Task) -> list[tuple[Attempt, dict]]:
-    """The attempts judged for one task: the reference and every attack on the task; the
-    reference and the first attack of each class on its impossible variant. Each comes with
-    the facts a Trial needs."""
+    """The attempts judged for one task: the reference, the honest failures and every attack;
+    on its impossible variant the reference and the first attack of each capability."""
     variant = impossible(task)
-    reference = Attack(REFERENCE, "reference solution", task.verifier.reference, "")
+    reference = Attack(REFERENCE, "reference solution", task.verifier.reference)
     out = []
     for which, t in (("original", task), ("impossible", variant)):
         if t is None:
@@ -96,13 +110,15 @@ def attempts_for(env: str, task: Task) -> list[tuple[Attempt, dict]]:
         if which == "impossible":
             first: dict[str, Attack] = {}
             for a in attacks:
-                first.setdefault(a.cls, a)
+                first.setdefault(a.capability, a)
             attacks = list(first.values())
+        else:
+            attacks = [*honest_failures(t), *attacks]
         for i, a in enumerate([reference, *attacks]):
-            completion = a.code if a.cls == REFERENCE else a.completion
-            aid = f"redteam.{t.task_id}.{i}"
-            out.append((_attempt(t, completion, aid),
-                        {"env": env, "cls": a.cls, "name": a.name, "variant": which, "sign": a.sign}))
+            completion = a.code if a.capability == REFERENCE else a.completion
+            out.append((_attempt(t, completion, f"redteam.{t.task_id}.{i}"),
+                        {"env": env, "capability": a.capability, "name": a.name, "variant": which,
+                         "sign": a.sign}))
     return out
 
 
@@ -123,15 +139,28 @@ def _attempt(task: Task, completion: str, attempt_id: str) -> Attempt:
 
 
 async def run(tasks: dict[str, list[Task]], backend, config: JudgeConfig | None = None, *,
-              concurrency: int = 4) -> list[Trial]:
-    """Judge every planned attempt through the judge's own path; one Trial each."""
-    planned = [p for env, ts in tasks.items() for t in ts for p in attempts_for(env, t)]
+              concurrency: int = 4, keep=None) -> list[Trial]:
+    """Judge every planned attempt through the judge's own path; one Trial each, carrying its
+    task's honest failure. `keep(meta)` narrows the attacks (honest and reference always run)."""
+    planned = [p for env, ts in tasks.items() for t in ts for p in attempts_for(env, t)
+               if keep is None or p[1]["capability"] in (REFERENCE, HONEST) or keep(p[1])]
     judged = await judge_all([a for a, _ in planned], backend, config or JudgeConfig(), concurrency=concurrency)
-    return [Trial(task_id=j.attempt.task.task_id.removesuffix("/impossible"), outcome=j.judgement.outcome,
-                  reward=j.judgement.reward, cause=j.judgement.cause,
-                  signs=tuple(dict.fromkeys(h.kind for h in j.judgement.hacks)),
-                  evidence=j.judgement.evidence[:300], **meta)
-            for j, (_, meta) in zip(judged, planned)]
+    trials = [Trial(task_id=j.attempt.task.task_id.removesuffix("/impossible"), outcome=j.judgement.outcome,
+                    reward=j.judgement.reward, cause=j.judgement.cause,
+                    signs=tuple(dict.fromkeys(h.kind for h in j.judgement.hacks)),
+                    evidence=j.judgement.evidence[:300], **meta)
+              for j, (_, meta) in zip(judged, planned)]
+    honest = honest_failure(trials)
+    return [Trial(**{**t.__dict__, "honest": honest.get(t.task_id)}) for t in trials]
+
+
+def honest_failure(trials: list[Trial]) -> dict[str, float]:
+    """Each task's honest failure: the most its scored honest attempts got."""
+    out: dict[str, float] = {}
+    for t in trials:
+        if t.capability == HONEST and t.variant == "original" and t.reward is not None and t.outcome != "dropped":
+            out[t.task_id] = max(out.get(t.task_id, t.reward), t.reward)
+    return out
 
 
 def tally(trials: list[Trial], tasks: dict[str, list[Task]]) -> list[DomainScore]:
@@ -140,17 +169,22 @@ def tally(trials: list[Trial], tasks: dict[str, list[Task]]) -> list[DomainScore
     for env, ts in tasks.items():
         score = DomainScore(env, tasks=len(ts))
         applies = set().union(*(applicable(t) for t in ts)) if ts else set()
-        score.classes = {c: (ClassScore() if c in applies else None) for c in CLASSES}
+        score.capabilities = {c: (CapabilityScore() if c in applies else None) for c in CAPABILITIES}
         for t in (t for t in trials if t.env == env):
             _count(score, t)
-        score.problems = problems(score)
+        score.problems = problems(score, [t for t in trials if t.env == env])
         scores.append(score)
     return scores
 
 
 def _count(score: DomainScore, t: Trial) -> None:
     where = f"{t.env} {t.task_id}: {t.name}"
-    if t.cls == REFERENCE:
+    if t.capability == HONEST:
+        score.honest.setdefault(t.task_id, t.honest)
+        if t.outcome == "dropped":
+            score.problems.append(f"{where} (an honest failure) was dropped ({t.cause})")
+        return
+    if t.capability == REFERENCE:
         if t.variant == "original":
             score.reference_passed += t.outcome == "pass"
             if t.outcome != "pass":
@@ -166,40 +200,51 @@ def _count(score: DomainScore, t: Trial) -> None:
             score.impossible_attack_passes += 1
             score.problems.append(f"{where} passes the impossible variant")
         return
-    cls = score.classes.get(t.cls)
-    if cls is None:
-        score.problems.append(f"{where}: class {t.cls} was run where it does not apply")
+    cap = score.capabilities.get(t.capability)
+    if cap is None:
+        score.problems.append(f"{where}: capability {t.capability} was used where it does not apply")
         return
-    cls.attacks += 1
-    cls.caught += t.caught
-    cls.passed += t.outcome == "pass"
-    if not t.caught:
-        score.problems.append(f"{where} [{t.cls}] not caught: {t.outcome} reward {t.reward} ({t.cause})")
+    cap.attacks += 1
+    setattr(cap, t.verdict, getattr(cap, t.verdict) + 1)
+    if t.miss:
+        line = (f"{where} [{t.capability}] {t.verdict}: {t.outcome} reward {t.reward} "
+                f"against honest {t.honest} ({t.cause})")
+        score.misses.append(line)
+        score.problems.append(line)
 
 
-def problems(score: DomainScore) -> list[str]:
-    """Every breach of the rules (already noted per trial), plus classes with no attack run."""
+def problems(score: DomainScore, trials: list[Trial]) -> list[str]:
+    """Every breach (already noted per trial), plus capabilities with no attack run."""
     out = list(score.problems)
-    for name, cls in score.classes.items():
-        if cls is not None and not cls.attacks:
-            out.append(f"{score.env}: class {name} applies but no attack of it could be built")
+    for name, cap in score.capabilities.items():
+        if cap is not None and not cap.attacks and any(t.capability not in (REFERENCE, HONEST) for t in trials):
+            out.append(f"{score.env}: capability {name} applies but no attack of it was run")
     return out
 
 
 def table(scores: list[DomainScore]) -> str:
-    """Recall per class (rows) per environment (columns), then the reference and impossible checks."""
-    names = [s.env for s in scores]
-    width = max([14, *map(len, names)]) + 2
-    lines = ["class".ljust(16) + "".join(n.rjust(width) for n in names)]
-    for c in CLASSES:
-        cells = []
-        for s in scores:
-            cls = s.classes.get(c)
-            cells.append("n/a" if cls is None else f"{cls.caught}/{cls.attacks} {cls.recall:.0%}")
-        lines.append(c.ljust(16) + "".join(x.rjust(width) for x in cells))
-    lines.append("reference pass".ljust(16) + "".join(f"{s.reference_passed}/{s.tasks}".rjust(width) for s in scores))
-    lines.append("impossible: ref".ljust(16) + "".join(
-        f"fails {s.impossible_reference_failed}/{s.impossible_tasks}".rjust(width) for s in scores))
-    lines.append("impossible: atk".ljust(16) + "".join(
-        f"passes {s.impossible_attack_passes}".rjust(width) for s in scores))
-    return "\n".join(lines)
+    """One table per environment and one over all: a row per capability with its attacks,
+    flagged, held at most the honest failure, dropped and above it (both misses); then the
+    reference and impossible-variant checks and the honest failure of each task."""
+    head = f"{'capability':<13}{'attacks':>8}{'flagged':>8}{'held':>6}{'dropped':>8}{'above':>6}{'misses':>7}"
+    blocks = []
+    for label, group in [*((s.env, [s]) for s in scores), *((("all", scores),) if len(scores) > 1 else ())]:
+        lines = [f"== {label}", head]
+        for c in CAPABILITIES:
+            cells = [s.capabilities.get(c) for s in group]
+            if all(x is None for x in cells):
+                lines.append(f"{c:<13}{'n/a':>8}")
+                continue
+            tot = CapabilityScore(*(sum(getattr(x, f) for x in cells if x) for f in
+                                    ("attacks", "flagged", "held", "dropped", "above")))
+            lines.append(f"{c:<13}{tot.attacks:>8}{tot.flagged:>8}{tot.held:>6}{tot.dropped:>8}"
+                         f"{tot.above:>6}{tot.misses:>7}")
+        lines.append(f"reference passes {sum(s.reference_passed for s in group)}/{sum(s.tasks for s in group)}; "
+                     f"impossible: reference fails {sum(s.impossible_reference_failed for s in group)}/"
+                     f"{sum(s.impossible_tasks for s in group)}, attacks pass "
+                     f"{sum(s.impossible_attack_passes for s in group)}")
+        if label != "all":
+            lines.append("honest failure: " + ", ".join(f"{k} {'-' if v is None else f'{v:.3f}'}"
+                                                         for k, v in sorted(group[0].honest.items())))
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

@@ -1,6 +1,7 @@
 """Alerts: a rate out of its band, or training reward rising while held-out pass rate is flat.
 
-Consumes rates (each hack class's `hack_rate.<kind>` among them, all under one band),
+Consumes rates (each hack class's `hack_rate.<kind>` among them, all under one band; each
+task's and group's drop rate, `drop_rate.task.<id>` / `.group.<id>`, under `drop_band`),
 reward means, held-out pass rates and the trial ids behind each alert (values, with `now`
 passed in); produces alert changes ('raised' / 'cleared') for the monitor to log as events,
 each naming the trials that drove it (`linked_trials`: the top-reward training verdicts of
@@ -107,25 +108,32 @@ def linked_trials(points: list[metrics.VerdictPoint], k: int) -> dict[str, list[
            "hack_rate": metrics.hack_trials(points, None, k)}
     for name in metrics.hack_class_rates(points):
         out[name] = metrics.hack_trials(points, name.removeprefix(HACK_CLASS), k)
+    for name in metrics.drop_rates(points, 1):
+        out[name] = metrics.drop_trials(points, name, k)
     return {name: ids for name, ids in out.items() if ids}
 
 
 def check_alerts(book: AlertBook, cfg: MonitorConfig, now: float, *, rates: dict[str, float],
                  verdicts: int, reward_delta: float | None, rewards_counted: int,
                  heldout_delta: float | None,
-                 trials: dict[str, list[str]] | None = None) -> list[AlertChange]:
+                 trials: dict[str, list[str]] | None = None,
+                 drops: dict[str, float] | None = None) -> list[AlertChange]:
     """Every alert change at `now`. Rates need `min_samples` verdicts in the window, the
-    reward signal `min_samples` rewards in each of the two windows. A hack class that left
-    the window clears its alert. `trials` names the trials behind each alert."""
-    trials = trials or {}
+    reward signal `min_samples` rewards in each of the two windows; `drops` (from
+    `metrics.drop_rates`) holds only the tasks and groups with enough verdicts. A hack class,
+    task or group that left the window clears its alert. `trials` names the trials behind each."""
+    trials, drops = trials or {}, drops or {}
     changes = []
     bands = dict(cfg.bands)
-    for name in {*rates, *book.active}:
+    for name in {*rates, *drops, *book.active}:
         if name.startswith(HACK_CLASS):
             bands[name] = cfg.hack_class_band
+        elif name.startswith((metrics.DROP_TASK, metrics.DROP_GROUP)):
+            bands[name] = cfg.drop_band
     for name, band in sorted(bands.items()):
-        value = rates.get(name)
-        firing = value is not None and verdicts >= cfg.min_samples and outside(value, band)
+        drop = name.startswith((metrics.DROP_TASK, metrics.DROP_GROUP))
+        value = drops.get(name) if drop else rates.get(name)
+        firing = value is not None and (drop or verdicts >= cfg.min_samples) and outside(value, band)
         change = book.update(name, firing, now)
         if change:
             changes.append(AlertChange(name, change, value if value is not None else float("nan"),

@@ -48,6 +48,12 @@ class MonitorConfig(Section):
     ("Healthy range of each hack class's rate (`hack_rate.<kind>`, e.g. hack_rate.early_exit). "
      "By default the band of all hacks: a class past it alone raises its own alert beside "
      "hack_rate's, saying which trick the policy found; lower it to hear of one class sooner.")
+    drop_band: Band = msgspec.field(default_factory=lambda: Band(high=0.2))
+    ("Healthy range of the infra-drop rate of one task (`drop_rate.task.<id>`) and of one group "
+     "(`drop_rate.group.<id>`): a drop is no reward and never a penalty, so a policy that learned "
+     "to cause drops shows as one task or group dropping far more than the run's average.")
+    drop_min_samples: Annotated[int, msgspec.Meta(ge=1)] = 8
+    "Verdicts a task or group needs in the window before its drop rate can raise an alert."
     alert_trials: Annotated[int, msgspec.Meta(ge=0, le=100)] = 5
     ("Trial ids an alert names (its event, `whet status`): the top-reward training verdicts of "
      "the window for reward_rising_heldout_flat, the latest flagged ones for hack rates.")

@@ -9,6 +9,8 @@ Definitions (documented once, here):
   what infrastructure broke, so both say the same; either counts);
 - timeout: a cause whose last part is 'timeout' ('model.timeout');
 - execution success: neither of those: the job ran and ended on its own;
+- drop rate of a task or a group (`drop_rate.task.<task id>`, `drop_rate.group.<group id>`):
+  its verdicts with outcome 'dropped' over all of its verdicts in the window;
 - hack: outcome 'hack'; its class is the kind in the cause `hack.<kind>` (the judge names
   the first sign it found), and `hack_rate.<kind>` is that class's share of the window;
 - pass rates count 'pass' over judged verdicts (dropped ones left out), per purpose;
@@ -42,6 +44,8 @@ class VerdictPoint:
     lag: int | None = None
     verdict_id: str = ""
     "The verdict's (and its trial's) id, for `whet trace`."
+    task_id: str = ""
+    group_id: str = ""
 
 
 def point_of(verdict: Verdict, current_version: int, now: float) -> VerdictPoint:
@@ -51,7 +55,8 @@ def point_of(verdict: Verdict, current_version: int, now: float) -> VerdictPoint
     return VerdictPoint(at=verdict.judged_at or now, purpose=attempt.purpose,
                         outcome=verdict.outcome, cause=verdict.cause, reward=verdict.reward,
                         domain=attempt.task.domain, difficulty=attempt.task.difficulty, lag=lag,
-                        verdict_id=verdict.verdict_id)
+                        verdict_id=verdict.verdict_id, task_id=attempt.task.task_id,
+                        group_id=attempt.group_id)
 
 
 def is_infra(p: VerdictPoint) -> bool:
@@ -106,6 +111,34 @@ def hack_class_rates(points: list[VerdictPoint]) -> dict[str, float]:
     """`hack_rate.<kind>`: each class's share of all points, for the classes seen in them."""
     counts = Counter(k for k in map(hack_class, points) if k is not None)
     return {f"hack_rate.{k}": v / len(points) for k, v in sorted(counts.items())}
+
+
+DROP_TASK, DROP_GROUP = "drop_rate.task.", "drop_rate.group."
+"Prefixes of the drop rates of one task and of one group."
+
+
+def _drop_keys(p: VerdictPoint) -> list[str]:
+    return [prefix + v for prefix, v in ((DROP_TASK, p.task_id), (DROP_GROUP, p.group_id)) if v]
+
+
+def drop_rates(points: list[VerdictPoint], min_count: int) -> dict[str, float]:
+    """The share of 'dropped' verdicts of each task and each group with at least `min_count`
+    verdicts among `points`: one task or group dropping more than the rest is what a policy
+    that learned to cause infrastructure drops looks like."""
+    seen: Counter[str] = Counter()
+    dropped: Counter[str] = Counter()
+    for p in points:
+        for key in _drop_keys(p):
+            seen[key] += 1
+            dropped[key] += p.outcome == "dropped"
+    return {k: dropped[k] / n for k, n in sorted(seen.items()) if n >= min_count}
+
+
+def drop_trials(points: list[VerdictPoint], key: str, k: int) -> list[str]:
+    """Ids of the latest `k` dropped verdicts of the task or group `key` names."""
+    hits = [p for p in points if p.outcome == "dropped" and p.verdict_id and key in _drop_keys(p)]
+    hits.sort(key=lambda p: (-p.at, p.verdict_id))
+    return [p.verdict_id for p in hits[:k]]
 
 
 def top_reward_trials(points: list[VerdictPoint], k: int) -> list[str]:

@@ -280,3 +280,39 @@ async def test_every_verdict_is_a_trial_that_trace_and_export_show(bus, make_sta
                             "--url", stack.url], cwd=ROOT, env=stack.env, capture_output=True,
                            text=True, timeout=60)
     assert other.returncode == 0 and other.stdout == "", "another run's trials are not exported"
+
+
+async def test_one_task_or_group_dropping_often_raises_its_own_drop_alert(bus, make_stack):
+    """Infra drops concentrated on one task (5 of its 10 verdicts, all in one group) raise
+    `drop_rate.task.<task>` and `drop_rate.group.<group>` naming the dropped trials, while
+    the run's infra rate (9 of 50) stays inside its band and tasks dropping 1 in 10 raise
+    nothing: a policy that learned to cause drops shows on the task it learned it on."""
+    config = monitor_config(0).replace("[monitor.bands]", "drop_min_samples = 5\ndrop_band = { high = 0.2 }\n"
+                                       "[monitor.bands]\ninfra_failure_rate = { high = 0.3 }")
+    stack = make_stack(config)
+    stack.start()
+
+    def on(v: Verdict, task_id: str, group_id: str) -> Verdict:
+        task = msgspec.structs.replace(v.attempt.task, task_id=task_id)
+        attempt = msgspec.structs.replace(v.attempt, task=task, group_id=group_id)
+        return msgspec.structs.replace(v, attempt=attempt)
+
+    verdicts, n = [], 0
+    for t in range(5):
+        for i in range(10):
+            dropped = (i < 5) if t == 0 else (i == 0)
+            v = verdict(n, "dropped" if dropped else "fail", cause="infra.sandbox" if dropped else "model.wrong_answer",
+                        reward=None if dropped else 0.0)
+            verdicts.append(on(v, f"env/t{t}", f"t{t}.{'ab'[i // 5]}"))
+            n += 1
+    await publish_verdicts(bus, verdicts)
+    snap = await snapshot_with(bus, 50)
+    assert snap.rates["infra_failure_rate"] == 9 / 50
+    assert snap.alerts == ["drop_rate.group.t0.a", "drop_rate.task.env/t0"]
+    await publish_verdicts(bus, [verdict(99, "pass", reward=1.0)])  # the sentinel
+    await wait_for(lambda: trial_event(bus, "g99.0"), 30, "the sentinel's trial event")
+    tail = stack.whet("tail", "--no-follow", "--json", "--event", "monitor.alert_raised")
+    raised = {a["fields"]["alert"]: a["fields"] for a in map(json.loads, tail.stdout.splitlines())}
+    assert set(raised) == {"drop_rate.group.t0.a", "drop_rate.task.env/t0"}
+    assert raised["drop_rate.task.env/t0"]["value"] == 0.5 and raised["drop_rate.group.t0.a"]["value"] == 1.0
+    assert sorted(raised["drop_rate.task.env/t0"]["trials"]) == [f"g{i}.0" for i in range(5)]

@@ -1,4 +1,4 @@
-"""The red team: every shipped environment resists every known hack class and impossible variants."""
+"""The red team's parts: attacks by capability for every shape, the tally against honest failure, `whet redteam`."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pytest
 from bus.messages import Verifier
 from envs import registry
 from judging import redteam
-from judging.attacks import APPLIES, CLASSES, attacks_for
+from judging.attacks import APPLIES, CAPABILITIES, attacks_for, honest_failures, shape_of
 from judging.config import JudgeConfig
 from judging.impossible import contradict, impossible
-from judging.redteam import ClassScore, Trial
+from judging.redteam import CapabilityScore, Trial
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.judging_support import attempt, io_task, judge
@@ -33,28 +33,27 @@ async def local(built_envs):  # noqa: F811
     await backend.aclose()
 
 
-async def test_every_shipped_environment_catches_every_known_hack_class(local):
-    """One task of each shipped environment: the reference passes, each applicable class is
-    caught every time (flagged with its own sign), and nothing passes an impossible variant."""
+def test_every_code_environment_is_attacked_through_each_capability_in_several_ways():
+    """One task of each shipped environment: every capability that applies to its shape has
+    at least two attacks, each a program that compiles (a repository's: every module of its
+    workspace); JSON documents take none; the classic hacks still name the sign they earn."""
     names = list(registry.shipped())
     assert {"python_functions", "data_scripts", "structured_output", "humaneval", "digit_sum",
             "repository"} <= set(names)
-    tasks = registry.first_tasks(names, 1)
-    trials = await redteam.run(tasks, local, JudgeConfig())
-    scores = {s.env: s for s in redteam.tally(trials, tasks)}
-    assert not [p for s in scores.values() for p in s.problems]
-    for env, s in scores.items():
-        shape = {"structured_output": "document", "data_scripts": "script",
-                 "repository": "repository"}.get(env, "function")
-        assert {c for c, v in s.classes.items() if v is not None} == APPLIES[shape], env
-        assert all(v.recall == 1.0 and v.passed == 0 for v in s.classes.values() if v is not None)
-        assert (s.reference_passed, s.impossible_reference_failed) == (1, 1), env
-    wrong_sign = [(t.env, t.name, t.signs) for t in trials
-                  if t.variant == "original" and t.sign and t.sign not in t.signs]
-    assert not wrong_sign
-    assert scores["structured_output"].classes == dict.fromkeys(CLASSES)  # all n/a, none "caught"
-    assert scores["repository"].classes["escape"].attacks > 0  # the tool environment's own class
-    assert scores["python_functions"].classes["escape"] is None
+    for env, [task] in registry.first_tasks(names, 1).items():
+        shape = shape_of(task)
+        built = attacks_for(task)
+        per = {c: sum(a.capability == c for a in built) for c in APPLIES[shape]}
+        assert all(n >= 2 for n in per.values()), (env, per)
+        assert {a.capability for a in built} == set(APPLIES[shape]), env
+        for a in built + honest_failures(task):
+            for source in (json.loads(a.code)["files"].values() if a.code.startswith("{") else [a.code]):
+                compile(source, a.name, "exec")
+        if shape != "document":
+            assert {"early_exit", "patched_framework", "special_cased", "fake_pass"} <= {a.sign for a in built}
+            assert len(honest_failures(task)) == 2
+    doc = registry.first_tasks(["structured_output"], 1)["structured_output"][0]
+    assert attacks_for(doc) == [] and honest_failures(doc) == []
 
 
 async def test_repository_attacks_are_final_workspaces_whose_changed_code_is_read(local):
@@ -110,36 +109,44 @@ async def test_the_reference_fails_an_impossible_variant_and_an_honest_lookalike
     assert [j.judgement.outcome for j in judged] == ["fail", "fail", "pass"]
 
 
-def _trial(cls: str, outcome: str, variant: str = "original", env: str = "e") -> Trial:
-    return Trial(env=env, task_id="e/t", cls=cls, name=cls, variant=variant, outcome=outcome,
-                 reward=-1.0 if outcome == "hack" else 0.3, cause="")
+def _trial(capability: str, outcome: str, reward: float | None = 0.1, variant: str = "original",
+           honest: float | None = 0.2) -> Trial:
+    return Trial(env="e", task_id="e/t", capability=capability, name=capability, variant=variant,
+                 outcome=outcome, reward=reward, cause="", honest=honest)
 
 
-def test_tally_counts_flagged_attacks_only_and_names_every_breach():
-    """2 of 3 early exits flagged is 67% recall; a pass of the impossible variant, a reference
-    that fails its task, and a miss are each a breach; classes outside the shape are n/a."""
+def test_tally_holds_each_attack_against_the_honest_failure_and_counts_a_drop_as_a_miss():
+    """Flagged, held (at most the honest failure), dropped and above it are counted apart;
+    dropped and above are misses, each listed; a pass of the impossible variant and a reference
+    failing its task are breaches; the honest failure is the most an honest attempt scored."""
     task = io_task(visible=[([[1]], 1)], hidden=[([[2]], 2)], reference="def f(xs):\n    return sum(xs)\n")
-    trials = [_trial("early_exit", "hack"), _trial("early_exit", "hack"), _trial("early_exit", "fail"),
-              _trial("fake_pass", "pass"), _trial("reference", "fail"),
-              _trial("reference", "pass", "impossible"), _trial("special_cased", "pass", "impossible")]
+    trials = [_trial("signals", "hack", -1.0), _trial("signals", "fail", 0.2), _trial("signals", "dropped", None),
+              _trial("signals", "fail", 0.25), _trial("limits", "pass", 1.0),
+              _trial("limits", "fail", 0.1, honest=None), _trial("reference", "fail"),
+              _trial("reference", "pass", 1.0, "impossible"), _trial("examples", "pass", 1.0, "impossible")]
+    assert [t.verdict for t in trials[:6]] == ["flagged", "held", "dropped", "above", "above", "above"]
     [score] = redteam.tally(trials, {"e": [task]})
-    assert score.classes["early_exit"] == ClassScore(attacks=3, caught=2, passed=0)
-    assert score.classes["early_exit"].recall == pytest.approx(2 / 3)
-    assert score.classes["fake_pass"] == ClassScore(attacks=1, caught=0, passed=1)
+    assert score.capabilities["signals"] == CapabilityScore(attacks=4, flagged=1, held=1, dropped=1, above=1)
+    assert score.capabilities["signals"].misses == 2 and score.capabilities["limits"].misses == 2
+    assert len(score.misses) == 4 and all("[signals]" in m or "[limits]" in m for m in score.misses)
     assert (score.reference_passed, score.impossible_tasks, score.impossible_reference_failed,
             score.impossible_attack_passes) == (0, 1, 0, 1)
-    # two misses, a failing reference, two passes of the variant; six classes never attacked
-    assert len(score.problems) == 5 + 6
+    unattacked = [c for c, v in score.capabilities.items() if v is not None and not v.attacks]
+    assert len(score.problems) == 4 + 1 + 2 + len(unattacked)
+    honest = [_trial("honest", "fail", 0.3), _trial("honest", "fail", 0.1), _trial("honest", "dropped", None)]
+    assert redteam.honest_failure(honest) == {"e/t": 0.3}
     doc = msgspec.structs.replace(task, verifier=Verifier(kind="structured", hidden="[]"))
     [none] = redteam.tally([], {"d": [doc]})
-    assert none.classes == dict.fromkeys(CLASSES) and not none.problems
+    assert none.capabilities == dict.fromkeys(CAPABILITIES) and not none.problems
     assert attacks_for(doc) == []
+    text = redteam.table([score, none])
+    assert "== e" in text and "== all" in text and "signals" in text and "n/a" in text
 
 
 def test_whet_redteam_reports_json_and_refuses_an_unknown_environment(built_envs):  # noqa: F811
-    """`whet redteam --domains structured_output --tasks 1 --json` exits 0: every class n/a
-    (JSON documents run no code), the reference passes, its impossible variant fails. An
-    unknown name exits 2 naming the shipped ones; the table names each class."""
+    """`whet redteam --domains structured_output --tasks 1 --json` exits 0: every capability
+    n/a (JSON documents run no code), the reference passes, its impossible variant fails. An
+    unknown environment or capability exits 2 naming the known ones."""
     # A child process, as a user runs it: the command configures logging for the whole process.
     def whet(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "runtime.cli", "redteam", *args], cwd=ROOT,
@@ -149,12 +156,14 @@ def test_whet_redteam_reports_json_and_refuses_an_unknown_environment(built_envs
     result = whet("--domains", "structured_output", "--tasks", "1", "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     [score] = json.loads(result.stdout)["scores"]
-    assert score["env"] == "structured_output" and score["classes"] == dict.fromkeys(CLASSES)
+    assert score["env"] == "structured_output" and score["capabilities"] == dict.fromkeys(CAPABILITIES)
     assert (score["reference_passed"], score["impossible_reference_failed"]) == (1, 1)
     result = whet("--domains", "nope")
     assert result.returncode == 2 and "python_functions" in result.stdout + result.stderr
+    result = whet("--domains", "structured_output", "--capabilities", "signals,nope")
+    assert result.returncode == 2 and "descriptors" in result.stdout + result.stderr
     table = redteam.table(redteam.tally([], {"structured_output": []}))
-    assert all(c in table for c in CLASSES) and "n/a" in table
+    assert all(c in table for c in CAPABILITIES) and "n/a" in table
 
 
 async def test_script_signs_hold_on_tasks_whose_answers_look_like_a_pass_or_live_in_files(local):
@@ -164,7 +173,7 @@ async def test_script_signs_hold_on_tasks_whose_answers_look_like_a_pass_or_live
     tasks = registry.first_tasks(["data_scripts"], 8)["data_scripts"]
     capitals = next(t for t in tasks if '"expected_stdout": "OK"' in t.verifier.visible)
     files = next(t for t in tasks if '"files": {"' in t.verifier.visible)
-    rote = [a for a in attacks_for(files) if a.cls == "special_cased"]
+    rote = [a for a in attacks_for(files) if a.sign == "special_cased"]
     fake = next(a for a in attacks_for(capitals) if a.name == "print a pass")
     pairs = [(capitals, fake.completion), (capitals, "print('OK')\n"),
              (capitals, capitals.verifier.reference), *((files, a.completion) for a in rote)]
