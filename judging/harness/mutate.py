@@ -1,53 +1,175 @@
-"""Robustness inputs: fixed ones, generated ones, or small mutations of the tests' own calls.
+"""Robustness inputs: fixed ones, near ones of each visible test, generated or mutated ones.
 
-Consumes the `robustness` part of the job spec and the (encoded) arguments the candidate was
-called with during the visible and hidden tests; produces exactly `len(inputs) + count`
-inputs (None where none could be made), deterministic for a given seed. Mutations stay close
-to real inputs (same types, same sizes give or take one, signs kept) so that the reference's
-preconditions usually still hold; inputs the reference rejects are dropped by the harness.
-It does NOT run anything.
+Consumes the `robustness` part of the job spec and the (origin, input) pairs the candidate
+ran on: a call's encoded arguments or a script case, with the test id it came from
+("visible/0", "hidden/3"); produces exactly `len(inputs) + count` (input, origin) pairs
+(input None where none could be made), deterministic for a given seed. Each visible test
+gets "near" inputs first, small changes of its own input tagged with its id, so the judge
+can tell answering that input by rote from computing it; the rest of `count` is generated
+or mutated from any call. Mutations stay close to real inputs (same types, sizes give or
+take one, signs kept) so the reference's preconditions usually hold; inputs the reference
+rejects are dropped by the harness. It does NOT run anything.
 """
 
 from __future__ import annotations
 
 import random
+import re
 
 import wire
 
+NEAR_PER_TEST = 3
+"Near inputs made for each visible test, as far as the share below allows."
+NEAR_SHARE = 0.6
+"Most of `count` that near inputs take when generated or mutated inputs could fill the rest."
+TRIES = 3
+"Changes of a visible input tried for one near input, when the reference's answers are known."
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 
-def inputs(spec: dict, calls: list, *, script: bool) -> list:
+
+def inputs(spec: dict, calls: list, *, script: bool, answer=None) -> list:
+    """`answer(args)`, where given, is the reference's encoded value for a call's arguments
+    (None when it has none): near inputs whose answer is the visible input's own are then
+    chosen first, so a fallback that is right by luck elsewhere cannot be right on them."""
     count = int(spec.get("count", 0))
     seed = int(spec.get("seed", 0))
+    rng = random.Random(seed)
+    generator = spec.get("generator")
+    other = bool(generator) or (not script and bool(calls))
+    near = _near(calls, count if not other else min(count, round(count * NEAR_SHARE)), rng, script,
+                 None if script else answer)
     made: list = []
-    if spec.get("generator"):
+    rest = count - len(near)
+    if generator:
         ns: dict = {}
-        exec(compile(spec["generator"], "<generator>", "exec"), ns)
-        for i in range(count):
+        exec(compile(generator, "<generator>", "exec"), ns)
+        for i in range(rest):
             try:
                 value = ns["generate"](random.Random(seed + i))
                 made.append(value if script else wire.encode(list(value)))
             except Exception:  # noqa: BLE001 - a generator failure leaves a hole, not a crash
                 made.append(None)
     elif not script and calls:
-        made = _mutations(calls, count, random.Random(seed))
-    made += [None] * (count - len(made))
-    return list(spec.get("inputs", [])) + made[:count]
+        made = _mutations([c for _, c in calls], rest, rng, {wire.dumps(x) for _, x, _ in near})
+    made = [(m, None) for m in made[:rest]]
+    made += [(None, None)] * (rest - len(made))
+    return [(x, None) for x in spec.get("inputs", [])] + [(x, o) for x, o, _ in near] + made
 
 
-def _mutations(calls: list, count: int, rng: random.Random) -> list:
-    seen = {wire.dumps(c) for c in calls}
+def _near(calls: list, budget: int, rng: random.Random, script: bool, answer) -> list:
+    """Up to `budget` (input, origin, key) triples: NEAR_PER_TEST rounds over the visible
+    tests, one changed input of each test per round, none equal to an input already seen;
+    with `answer`, of up to TRIES changes the first that keeps the visible input's answer."""
+    by_test: dict[str, list] = {}
+    for origin, value in calls:
+        if str(origin).startswith("visible/"):
+            by_test.setdefault(origin, []).append(value)
+    seen = {_key(v, script) for _, v in calls}
+    answers: dict = {}
+
+    def answered(value):
+        key = wire.dumps(value)
+        if key not in answers:
+            got = answer(value)
+            answers[key] = None if got is None else wire.dumps(got)
+        return answers[key]
+
+    out: list = []
+    for _ in range(NEAR_PER_TEST):
+        for origin, values in by_test.items():
+            if len(out) >= budget:
+                return out
+            kept: list = []
+            for _ in range(TRIES * 3):
+                base = rng.choice(values)
+                value = _near_case(base, rng) if script else _near_call(base, rng)
+                key = _key(value, script) if value is not None else None
+                if key is None or key in seen:
+                    continue
+                seen.add(key)
+                if answer is None:
+                    kept = [value]
+                    break
+                if answered(value) is None:
+                    continue  # outside the reference's preconditions: worth nothing
+                if answered(value) == answered(base):
+                    kept = [value]
+                    break
+                kept.append(value)
+                if len(kept) >= TRIES:
+                    kept = kept[:1]
+                    break
+            if kept:
+                out.append((kept[0], origin, _key(kept[0], script)))
+    return out
+
+
+def _key(value, script: bool) -> str | None:
+    try:
+        return repr(sorted(value.items())) if script else wire.dumps(value)
+    except Exception:  # noqa: BLE001 - an odd input is simply not deduplicated
+        return None
+
+
+def _near_call(encoded: list, rng: random.Random):
+    args = wire.decode(encoded)
+    if not args:
+        return None
+    i = rng.randrange(len(args))
+    args[i] = mutate(args[i], rng, 0)
+    try:
+        return wire.encode(args)
+    except wire.Unencodable:
+        return None
+
+
+def _near_case(case: dict, rng: random.Random) -> dict | None:
+    """A script case with its stdin (or one of its files) changed a little."""
+    files = dict(case.get("files") or {})
+    if str(case.get("stdin", "")).strip() or not files:
+        new = near_text(str(case.get("stdin", "")), rng)
+        return None if new is None else {"stdin": new, "files": files}
+    name = rng.choice(sorted(files))
+    new = near_text(str(files[name]), rng)
+    return None if new is None else {"stdin": case.get("stdin", ""), "files": {**files, name: new}}
+
+
+def near_text(text: str, rng: random.Random) -> str | None:
+    """`text` with one number changed, or, for text of three lines or more, one line after the
+    first (a header, perhaps) repeated, dropped or swapped with another."""
+    numbers = list(_NUMBER.finditer(text))
+    lines = text.split("\n")
+    body = [i for i, line in enumerate(lines) if i and line.strip()]
+    ops = (["number"] * 2 if numbers else []) + (["line"] if len(body) >= 2 else [])
+    if not ops:
+        return None
+    if rng.choice(ops) == "number":
+        m = rng.choice(numbers)
+        token = m.group(0)
+        value = float(token) if "." in token else int(token)
+        new = mutate(value, rng, 0)
+        if isinstance(new, float):
+            new = round(new, len(token.split(".")[1]))
+        return text[:m.start()] + str(new) + text[m.end():]
+    i, j = rng.choice(body), rng.choice(body)
+    op = rng.choice(("repeat", "drop", "swap"))
+    if op == "repeat":
+        lines.insert(i, lines[i])
+    elif op == "drop":
+        del lines[i]
+    else:
+        lines[i], lines[j] = lines[j], lines[i]
+    return "\n".join(lines)
+
+
+def _mutations(calls: list, count: int, rng: random.Random, taken: set) -> list:
+    seen = {wire.dumps(c) for c in calls} | taken
     made: list = []
     for _ in range(count * 6):
         if len(made) >= count:
             break
-        args = wire.decode(rng.choice(calls))
-        if not args:
-            continue
-        i = rng.randrange(len(args))
-        args[i] = mutate(args[i], rng, 0)
-        try:
-            encoded = wire.encode(args)
-        except wire.Unencodable:
+        encoded = _near_call(rng.choice(calls), rng)
+        if encoded is None:
             continue
         key = wire.dumps(encoded)
         if key not in seen:
