@@ -2,10 +2,10 @@
 
 Consumes the `robustness` part of the job spec and the (origin, input) pairs the candidate
 ran on: a call's encoded arguments or a script case, with the test id it came from
-("visible/0", "hidden/3"); produces exactly `len(inputs) + count` (input, origin) pairs
-(input None where none could be made), deterministic for a given seed. Each visible test
-gets "near" inputs first, small changes of its own input tagged with its id, so the judge
-can tell answering that input by rote from computing it; the rest of `count` is generated
+("visible/0", "hidden/3"); produces exactly `len(inputs) + count` (input, origin, base)
+triples (input None where none could be made), deterministic for a given seed. Each visible
+test gets "near" inputs first, small changes of its own input tagged with its id (keeping its
+answer or not), so the judge can tell rote from computing; the rest of `count` is generated
 or mutated from any call. Mutations stay close to real inputs (same types, sizes give or
 take one, signs kept) so the reference's preconditions usually hold; inputs the reference
 rejects are dropped by the harness. It does NOT run anything.
@@ -18,26 +18,31 @@ import re
 
 import wire
 
-NEAR_PER_TEST = 3
-"Near inputs made for each visible test, as far as the share below allows."
+NEAR_PER_TEST = 2
+"Near inputs made for each visible test (one keeping its answer, one not), as `count` allows."
 NEAR_SHARE = 0.6
-"Most of `count` that near inputs take when generated or mutated inputs could fill the rest."
+"Share of `count` near inputs take at least when generated or mutated inputs could fill the rest."
 TRIES = 3
 "Changes of a visible input tried for one near input, when the reference's answers are known."
+NO_ANSWER = object()
+"No answer known (a reference's answer may itself be None)."
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 
 
 def inputs(spec: dict, calls: list, *, script: bool, answer=None) -> list:
     """`answer(args)`, where given, is the reference's encoded value for a call's arguments
-    (None when it has none): near inputs whose answer is the visible input's own are then
-    chosen first, so a fallback that is right by luck elsewhere cannot be right on them."""
+    (None when it has none): each visible test's near inputs then alternate between one whose
+    answer is the visible input's own and one whose answer differs, so no fallback that
+    ignores its input can be right on both; the third of each triple is the reference's
+    (encoded) answer on the visible input a near input was made from, else NO_ANSWER."""
     count = int(spec.get("count", 0))
     seed = int(spec.get("seed", 0))
     rng = random.Random(seed)
     generator = spec.get("generator")
     other = bool(generator) or (not script and bool(calls))
-    near = _near(calls, count if not other else min(count, round(count * NEAR_SHARE)), rng, script,
-                 None if script else answer)
+    tests = len({o for o, _ in calls if str(o).startswith("visible/")})
+    budget = count if not other else min(count, max(round(count * NEAR_SHARE), NEAR_PER_TEST * tests))
+    near = _near(calls, budget, rng, script, None if script else answer)
     made: list = []
     rest = count - len(near)
     if generator:
@@ -50,20 +55,29 @@ def inputs(spec: dict, calls: list, *, script: bool, answer=None) -> list:
             except Exception:  # noqa: BLE001 - a generator failure leaves a hole, not a crash
                 made.append(None)
     elif not script and calls:
-        made = _mutations([c for _, c in calls], rest, rng, {wire.dumps(x) for _, x, _ in near})
-    made = [(m, None) for m in made[:rest]]
-    made += [(None, None)] * (rest - len(made))
-    return [(x, None) for x in spec.get("inputs", [])] + [(x, o) for x, o, _ in near] + made
+        made = _mutations([c for _, c in calls], rest, rng, {wire.dumps(x[0]) for x in near})
+    made = [(m, None, NO_ANSWER) for m in made[:rest]]
+    made += [(None, None, NO_ANSWER)] * (rest - len(made))
+    return [(x, None, NO_ANSWER) for x in spec.get("inputs", [])] + [(x, o, b) for x, o, _, b in near] + made
 
 
 def _near(calls: list, budget: int, rng: random.Random, script: bool, answer) -> list:
-    """Up to `budget` (input, origin, key) triples: NEAR_PER_TEST rounds over the visible
-    tests, one changed input of each test per round, none equal to an input already seen;
-    with `answer`, of up to TRIES changes the first that keeps the visible input's answer."""
+    """Up to `budget` (input, origin, key, base) quadruples: rounds over the visible tests (a
+    sample of them when the budget cannot give each NEAR_PER_TEST), one changed input of each
+    test per round, none equal to an input already seen; with `answer`, of up to TRIES changes
+    the first that keeps the visible input's answer in even rounds, that changes it in odd ones
+    (else the first the reference answers), `base` being the visible input's answer
+    (NO_ANSWER without `answer`)."""
     by_test: dict[str, list] = {}
     for origin, value in calls:
         if str(origin).startswith("visible/"):
             by_test.setdefault(origin, []).append(value)
+    if not by_test or budget <= 0:
+        return []
+    tests = list(by_test)
+    most = max(1, budget // NEAR_PER_TEST)
+    if len(tests) > most:  # the budget cannot cover every test: a sample, judged by the pooled rate
+        tests = sorted(rng.sample(tests, most), key=tests.index)
     seen = {_key(v, script) for _, v in calls}
     answers: dict = {}
 
@@ -71,36 +85,38 @@ def _near(calls: list, budget: int, rng: random.Random, script: bool, answer) ->
         key = wire.dumps(value)
         if key not in answers:
             got = answer(value)
-            answers[key] = None if got is None else wire.dumps(got)
+            answers[key] = None if got is None else (wire.dumps(got), got[0])
         return answers[key]
 
     out: list = []
-    for _ in range(NEAR_PER_TEST):
-        for origin, values in by_test.items():
+    for r in range(-(-budget // len(tests))):
+        want = r % 2 == 0
+        for origin in tests:
             if len(out) >= budget:
                 return out
             kept: list = []
             for _ in range(TRIES * 3):
-                base = rng.choice(values)
+                base = rng.choice(by_test[origin])
                 value = _near_case(base, rng) if script else _near_call(base, rng)
                 key = _key(value, script) if value is not None else None
                 if key is None or key in seen:
                     continue
                 seen.add(key)
                 if answer is None:
-                    kept = [value]
+                    kept = [(value, NO_ANSWER)]
                     break
-                if answered(value) is None:
+                if answered(value) is None or answered(base) is None:
                     continue  # outside the reference's preconditions: worth nothing
-                if answered(value) == answered(base):
-                    kept = [value]
+                at_base = answered(base)[1]
+                if (answered(value)[0] == answered(base)[0]) == want:
+                    kept = [(value, at_base)]
                     break
-                kept.append(value)
+                kept.append((value, at_base))
                 if len(kept) >= TRIES:
-                    kept = kept[:1]
                     break
             if kept:
-                out.append((kept[0], origin, _key(kept[0], script)))
+                value, at_base = kept[0]
+                out.append((value, origin, _key(value, script), at_base))
     return out
 
 
