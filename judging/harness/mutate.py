@@ -78,7 +78,7 @@ def _near(calls: list, budget: int, rng: random.Random, script: bool, answer) ->
     most = max(1, budget // NEAR_PER_TEST)
     if len(tests) > most:  # the budget cannot cover every test: a sample, judged by the pooled rate
         tests = sorted(rng.sample(tests, most), key=tests.index)
-    seen = {_key(v, script) for _, v in calls}
+    seen = {_key(v, script) for o, v in calls if str(o).startswith("visible/")}  # a hidden input is near too
     answers: dict = {}
 
     def answered(value):
@@ -97,7 +97,7 @@ def _near(calls: list, budget: int, rng: random.Random, script: bool, answer) ->
             kept: list = []
             for _ in range(TRIES * 3):
                 base = rng.choice(by_test[origin])
-                value = _near_case(base, rng) if script else _near_call(base, rng)
+                value = _near_case(base, rng) if script else _near_call(base, rng, transform=True)
                 key = _key(value, script) if value is not None else None
                 if key is None or key in seen:
                     continue
@@ -127,16 +127,49 @@ def _key(value, script: bool) -> str | None:
         return None
 
 
-def _near_call(encoded: list, rng: random.Random):
+def _near_call(encoded: list, rng: random.Random, transform: bool = False):
+    """The call with one argument changed a little or, with `transform`, sometimes the whole
+    input transformed: every number scaled, or the items or words of one argument shuffled
+    (answers that are invariant under those are kept, where small changes rarely keep them)."""
     args = wire.decode(encoded)
     if not args:
         return None
-    i = rng.randrange(len(args))
-    args[i] = mutate(args[i], rng, 0)
+    if transform and rng.random() < 1 / 3:
+        args = _transform(args, rng)
+    else:
+        i = rng.randrange(len(args))
+        args[i] = mutate(args[i], rng, 0)
     try:
         return wire.encode(args)
     except wire.Unencodable:
         return None
+
+
+def _transform(args: list, rng: random.Random) -> list:
+    ops = ["scale"] + [i for i, a in enumerate(args) if type(a) in (list, tuple, str) and len(a) > 1]
+    op = rng.choice(ops)
+    if op == "scale":
+        k = rng.choice((2, 3))
+        return [_scaled(a, k) for a in args]
+    value = args[op]
+    if type(value) is str:
+        words = value.split(" ")
+        items = words if len(words) > 1 else list(value)
+        rng.shuffle(items)
+        args[op] = (" " if len(words) > 1 else "").join(items)
+    else:
+        items = list(value)
+        rng.shuffle(items)
+        args[op] = items if type(value) is list else tuple(items)
+    return args
+
+
+def _scaled(v, k: int):
+    if type(v) in (int, float):
+        return v * k
+    if type(v) in (list, tuple):
+        return type(v)(_scaled(x, k) for x in v)
+    return v
 
 
 def _near_case(case: dict, rng: random.Random) -> dict | None:
