@@ -129,8 +129,8 @@ def _key(value, script: bool) -> str | None:
 
 def _near_call(encoded: list, rng: random.Random, transform: bool = False):
     """The call with one argument changed a little or, with `transform`, sometimes the whole
-    input transformed: every number scaled, or the items or words of one argument shuffled
-    (answers that are invariant under those are kept, where small changes rarely keep them)."""
+    input transformed: every number scaled, or one argument's items or words shuffled or
+    repeated (answers that are invariant under those are kept, where small changes rarely keep them)."""
     args = wire.decode(encoded)
     if not args:
         return None
@@ -146,12 +146,15 @@ def _near_call(encoded: list, rng: random.Random, transform: bool = False):
 
 
 def _transform(args: list, rng: random.Random) -> list:
-    ops = ["scale"] + [i for i, a in enumerate(args) if type(a) in (list, tuple, str) and len(a) > 1]
+    ops = ["scale"] + [i for i, a in enumerate(args) if type(a) in (list, tuple, str) and len(a) > 0]
     op = rng.choice(ops)
     if op == "scale":
         k = rng.choice((2, 3))
         return [_scaled(a, k) for a in args]
     value = args[op]
+    if rng.random() < 0.5:  # the sequence twice over
+        args[op] = value + (" " if type(value) is str and " " in value else value[:0]) + value
+        return args
     if type(value) is str:
         words = value.split(" ")
         items = words if len(words) > 1 else list(value)
