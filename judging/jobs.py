@@ -9,7 +9,8 @@ stops early is caught. It runs nothing; `structured` tasks get no job at all, an
 `judging.rubric`.
 
 Verifier extras read here (besides those the kinds define): `random_cases` (how many
-randomized inputs, default 10 for functions, 0 for scripts without `generator`),
+randomized inputs, default 10 for functions, 2 near the visible cases for scripts
+without `generator`, 0 without a reference),
 `generator` (source defining `generate(rng)`: an argument list, or a script case) and
 `requires` (comma-separated modules the runtime must provide).
 """
@@ -37,6 +38,8 @@ SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "
 MODES = {"python_io": "function", "python_check": "check", "script_io": "script",
          "repo_io": "function"}
 DEFAULT_RANDOM = 10
+NEAR_SCRIPTS = 2
+"Robustness inputs of a script task with a reference and no generator: near its visible cases."
 
 
 class TaskError(ValueError):
@@ -115,7 +118,9 @@ def make_spec(task: Task, nonce: str) -> dict:
         spec["reference"] = v.reference
         cases = [_run(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
         has_gen = bool(v.extra.get("generator")) and bool(v.reference)
-        spec["robustness"] = {"cases": cases, **_random(task, default=DEFAULT_RANDOM if has_gen else 0)}
+        # Without a generator, a script with a reference still gets near inputs of its visible cases.
+        default = DEFAULT_RANDOM if has_gen else NEAR_SCRIPTS if v.reference else 0
+        spec["robustness"] = {"cases": cases, **_random(task, default=default)}
     return spec
 
 

@@ -93,7 +93,10 @@ class Session:
         self.load_failed: dict[str, dict] = {}
         self.sources = {"candidate": _read(spec["solution"]), "reference": spec.get("reference", "")}
         self.hash = hashlib.sha256()
-        self.calls: list[list] = []
+        self.calls: list[tuple[str, list]] = []
+        "(test id, encoded arguments) of the candidate's calls, the first 400."
+        self.origin = ""
+        "The test id running now: the origin of the calls it makes."
         self.printed = [0]
         "Candidate output forwarded so far, across every worker (one cap for the job)."
         self.deadline = time.monotonic() + spec["budget_s"]
@@ -195,7 +198,7 @@ class Session:
         if who == "candidate":
             self.hash.update(f"{outcome['status']}|{wire.dumps(outcome.get('value'))}\n".encode())
             if len(self.calls) < 400:
-                self.calls.append(args)
+                self.calls.append((self.origin, args))
         return outcome
 
     def trusted(self, run, *args) -> dict:
@@ -299,6 +302,7 @@ class Session:
 
     def run_cases(self, layer: str, cases: list) -> None:
         for i, args in enumerate(cases):
+            self.origin = f"{layer}/{i}"
             self.test(f"{layer}/{i}", layer, self.call("candidate", args))
 
     def run_layers(self) -> None:
@@ -355,6 +359,7 @@ class Session:
             ns[self.spec["entry_point"]] = proxy  # tests may call it by name (HumanEval/33)
         failing, index = set(), 0
         for src, is_test in plan.steps:
+            self.origin = f"{layer}/{index}"
             outcome = proxy.step(src, ns)
             if not is_test:
                 continue
@@ -435,23 +440,38 @@ class Session:
             self.run_scripts("robustness", fixed)
         else:
             self.run_cases("robustness", fixed)
-        inputs = mutate.inputs(spec, self.calls, script=mode == "script")
-        for j, given in enumerate(inputs):
+        visible = next((layer.get("runs", []) for layer in self.spec["layers"] if layer["name"] == "visible"), [])
+        calls = [(f"visible/{i}", run) for i, run in enumerate(visible)] if mode == "script" else self.calls
+        quick = max(self.spec["call_cpu_s"] / 4, 0.05)
+
+        known: dict[str, dict] = {}
+
+        def answer(args: list) -> list | None:  # the reference's value, to pick near inputs by
+            ref = known[wire.dumps(args)] = self.call("reference", args, quick, quick * 8)
+            return [ref["value"]] if ref["status"] == "ok" and "value" in ref else None
+
+        answer = answer if self.sources["reference"] else None
+        made = mutate.inputs(spec, calls, script=mode == "script", answer=answer)
+        for j, (given, origin, base) in enumerate(made):
             test_id = f"robustness/{len(fixed) + j}"
+            # derived from that visible test's input, whose reference answer was `base`
+            near = ({"origin": origin} if origin else {}) | ({} if base is mutate.NO_ANSWER else {"base": base})
             if given is None or not self.sources["reference"]:
-                self.test(test_id, "robustness", {"status": "invalid", "detail": "no input or no reference"})
+                self.test(test_id, "robustness", {"status": "invalid", "detail": "no input or no reference", **near})
                 continue
             run = self.script if mode == "script" else self.call
             # The reference gets a short leash: a mutated input outside its preconditions
             # (a base of 1, say) can make it loop, and that input is simply dropped.
-            quick = max(self.spec["call_cpu_s"] / 4, 0.05)
-            ref = run("reference", given, quick, quick * 8)
+            ref = known.pop(wire.dumps(given), None) if mode != "script" else None
+            ref = ref or run("reference", given, quick, quick * 8)  # a near input's was run already
             if ref["status"] == "timeout" and self.deadline - time.monotonic() <= 0.01:
                 raise BudgetSpent()  # the budget ran out: what is left is not run, not invalid
             if ref["status"] != "ok":
-                self.test(test_id, "robustness", {"status": "invalid", "detail": "reference: " + ref["detail"][:200]})
+                self.test(test_id, "robustness", {"status": "invalid", "detail": "reference: " + ref["detail"][:200],
+                                                  **near})
                 continue
             outcome = run("candidate", given)
+            outcome.update(near)
             outcome["reference"] = ref.get("value", ref.get("stdout"))
             outcome["input"] = given
             self.test(test_id, "robustness", outcome)

@@ -4,8 +4,9 @@ Consumes the spec on stdin (nonce, the task's module and classes, its data as JS
 reply, a time budget); the job folder holds `shim/` (verifiers.v1 and pydantic stand-ins,
 `vf_shim.py`) and `env/` (the environment's own source files). Produces the report on the
 report descriptor (WHET_REPORT_FD, default 3; nonce-tagged stderr lines without it): a
-`start` record, one `reward` record per recorded reward (name, score, weight), an `infra`
-record when the rubric raised, timed out or ended without scores, and an `end` record.
+`start` record, an `audit` record of built-ins the scoring replaced, one `reward` record per
+recorded reward (name, score, weight), an `infra` record when the rubric raised, timed out
+or ended without scores, and an `end` record with the count and digest of its rewards.
 
 The scoring runs in a forked child that has the report descriptor closed: a reward method
 that executes the reply (or the reply, once executed) can end or hang that child, never
@@ -15,6 +16,7 @@ It does NOT judge the scores (range, NaN, pass): the judge does, outside the san
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import select
@@ -48,10 +50,27 @@ def resolve(module, qualname: str):
     return obj
 
 
+_WATCHED = (("builtins", ("print", "isinstance", "float", "int", "min", "max", "sum", "len", "round",
+                          "AssertionError", "__import__", "open", "exec", "eval")),
+            ("sys", ("exit",)), ("os", ("_exit", "kill")), ("math", ("isclose", "isnan")))
+"Names a reply run by a reward method has no honest reason to replace."
+
+
+def _watched() -> dict:
+    out = {}
+    for mod, names in _WATCHED:
+        module = sys.modules.get(mod) or __import__(mod)
+        for name in names:
+            out[f"{mod}.{name}"] = id(getattr(module, name, None))
+    return out
+
+
 def score(spec: dict) -> dict:
-    """In the child: import the environment through the shim and run its Task.score."""
+    """In the child: import the environment through the shim and run its Task.score; what
+    of `_WATCHED` the scoring replaced comes back as `patched`."""
     import asyncio
     import importlib
+    import math  # noqa: F401 - watched
 
     sys.path[:0] = [os.path.join(HERE, "shim"), os.path.join(HERE, "env")]
     module = importlib.import_module(spec["module"])
@@ -59,9 +78,12 @@ def score(spec: dict) -> dict:
     task = resolve(module, spec["task_class"])(data)
     vf = importlib.import_module("verifiers.v1")
     trace = vf.Trace(data, spec["reply"], spec.get("finish_reason", ""))
+    before = _watched()
     asyncio.run(task.score(trace))
+    after = _watched()
     return {"rewards": [[name, None if r is None else r.score, None if r is None else r.weight]
-                        for name, r in trace.rewards.items()]}
+                        for name, r in trace.rewards.items()],
+            "patched": sorted(k for k in before if after.get(k) != before[k])}
 
 
 def child(spec: dict, report_fd: int, write_fd: int) -> None:
@@ -112,6 +134,7 @@ def main() -> int:
         child(spec, report.fd, write_fd)
     os.close(write_fd)
     raw, problem = collect(read_fd, pid, float(spec["budget_s"]))
+    written: list[str] = []
     if problem:
         report.line(k="infra", what="rubric_timeout" if "within" in problem else "rubric_error",
                     detail=problem)
@@ -123,9 +146,15 @@ def main() -> int:
             payload = {"error": f"the scoring process sent no scores: {exc}"}
         if "error" in payload:
             report.line(k="infra", what="rubric_error", detail=payload["error"])
+        if payload.get("patched"):
+            report.line(k="audit", events=[], patched=[str(p) for p in payload["patched"]][:20])
         for name, value, weight in payload.get("rewards", []):
-            report.line(k="reward", name=str(name), score=value, weight=weight)
-    report.line(k="end", nonce=spec["nonce"])
+            record = {"k": "reward", "name": str(name), "score": value, "weight": weight}
+            written.append(json.dumps(record, sort_keys=True))
+            report.line(**record)
+    # What this runner wrote, so a reward record written by anyone else shows.
+    report.line(k="end", nonce=spec["nonce"], rewards=len(written),
+                rewards_digest=hashlib.sha256("\n".join(written).encode()).hexdigest())
     return 0
 
 
