@@ -13,7 +13,7 @@ decisions is the point of this module:
 5. only then, with `[judge.reward.quality]` on, the quality bonuses measured in the job
    (`judging.quality`) join its reward, each its own component.
 
-A `verifiers` task's rubric decides alone (`judging.rubric`): steps 2-4 do not apply.
+A `verifiers` task's rubric decides its score (`judging.rubric`), after its own hack signs.
 `before_running` answers without a job when none is needed (code that does not compile, and
 structured documents). Whatever a result holds, it yields one judgement, never an exception
 (`unjudgeable`: the model's failure). It does no I/O.
@@ -90,7 +90,7 @@ def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult,
     """The judgement of an executed attempt: always one, whatever the result holds."""
     try:
         if task.verifier.kind == rubric.KIND:
-            return from_rubric(rubric.score(task, job, result))
+            return from_rubric(rubric.score(task, job, result), rubric.hack_signs(job, result), weights)
         return _judge_executed(task, cand, job, result, turns, weights)
     except Exception as exc:  # noqa: BLE001 - one attempt's judgement never stops the judge
         return unjudgeable(turns, weights, f"{type(exc).__name__}: {exc}")
@@ -145,8 +145,13 @@ def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest]
     return Judgement("pass", reward, parts, "", quality.evidence(measured), layers, tests, [], digest)
 
 
-def from_rubric(scored: rubric.RubricScore) -> Judgement:
-    """A verifiers rubric's score as a judgement: its reward as it is, no hack checks."""
+def from_rubric(scored: rubric.RubricScore, hacks: list[HackSign], weights: RewardConfig) -> Judgement:
+    """A verifiers rubric's score as a judgement: its reward as it is, unless the job shows hack
+    signs, read before any drop: then the hack reward, whatever the rubric or the job said."""
+    if hacks:
+        return Judgement("hack", weights.hack_reward, {"hack": weights.hack_reward}, hacks[0].cause,
+                         "; ".join(f"{h.kind}: {h.evidence}" for h in hacks)[:2000], scored.layers,
+                         hacks=hacks, digest=scored.digest)
     return Judgement(scored.outcome, scored.reward, scored.components, scored.cause,
                      scored.evidence, scored.layers, digest=scored.digest)
 

@@ -18,7 +18,9 @@ import pytest
 from envs.config import EnvEntry
 from envs.registry import entry_tasks
 from judging import jobs, rubric
+from judging.config import RewardConfig
 from judging.extract import from_completion
+from judging.judgement import judge_result
 from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
 HONEST_FAILURE = 0.1
@@ -186,6 +188,8 @@ async def _rubric_run(backend, task, reply):
 async def test_a_rubric_reply_that_hacks_the_scoring_is_flagged(backend, sum_task, reply, sign):
     job, result = await _rubric_run(backend, sum_task, reply)
     assert sign in {s.kind for s in rubric.hack_signs(job, result)}, (result.report, result.stderr[-500:])
+    judged = judge_result(sum_task, from_completion(sum_task, reply), job, result, 1, RewardConfig())
+    assert (judged.outcome, judged.reward) == ("hack", RewardConfig().hack_reward), judged.evidence
 
 
 async def test_honest_rubric_replies_have_no_hack_signs(backend, sum_task):
