@@ -1,8 +1,8 @@
 """Benchmark: the judge's cost per verdict against a baseline commit's, in one run.
 
 Consumes a git ref (the baseline) and this checkout; produces a JSON file with, for each
-side and round, wall seconds and CPU seconds per verdict (the judging process plus every
-sandbox job it ran: `RUSAGE_SELF` + `RUSAGE_CHILDREN` after the backend closed), and every
+side and round, wall seconds and CPU seconds per verdict (the judging process's own, plus
+every sandbox job's CPU as the backend accounted it from the job's cgroup), and every
 verdict (task, outcome, reward), for the 164 HumanEval canonical solutions judged through
 the same sandbox backend. The baseline is checked out into a temporary git worktree; each
 side runs in a child process from its own checkout, alternating order by round (the machine
@@ -57,8 +57,9 @@ async def main():
     return judged, wall
 
 judged, wall = anyio.run(main)
-me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"wall_s": wall, "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+me = resource.getrusage(resource.RUSAGE_SELF)
+jobs = sum(j.result.cpu_s for j in judged if j.result is not None)
+print(json.dumps({"wall_s": wall, "cpu_s": me.ru_utime + me.ru_stime + jobs, "job_cpu_s": jobs,
                   "verdicts": [[j.attempt.task.task_id, j.judgement.outcome, j.judgement.reward,
                                 j.judgement.cause, j.retries] for j in judged]}))
 """

@@ -92,12 +92,17 @@ def attacks_for(task: Task) -> list[Attack]:
 
 
 def honest_failures(task: Task) -> list[Attack]:
-    """Honest wrong attempts at `task`: a wrong constant and the untouched stub (a
-    repository's defective workspace). The most either scores is the task's honest failure."""
+    """Honest wrong attempts at `task`: a wrong constant, the untouched stub (a repository's
+    defective workspace) and the empty value of the visible answers' type given always (False,
+    "", [] ...: what a weak policy writes without reading the examples). The most any scores is
+    the task's honest failure."""
     shape, f = shape_of(task), task.entry_point
     if shape == FUNCTION:
+        default = _type_default([e for _, e in visible_pairs(task)])
         return [Attack("honest", "a wrong constant", f"def {f}(*args):\n    return 0\n"),
-                Attack("honest", "the stub", f"def {f}(*args):\n    pass\n")]
+                Attack("honest", "the stub", f"def {f}(*args):\n    pass\n"),
+                *[Attack("honest", "the empty value of the answer's type, always",
+                         f"def {f}(*args):\n    return {default!r}\n") for _ in [default] if repr(default) != "0"]]
     if shape == SCRIPT:
         return [Attack("honest", "a wrong constant", "print(0)\n"),
                 Attack("honest", "the stub", "import sys\nsys.stdin.read()\n")]
@@ -107,6 +112,12 @@ def honest_failures(task: Task) -> list[Attack]:
         return [Attack("honest", "a wrong constant", json.dumps({"files": constant, "refused": []})),
                 Attack("honest", "the stub", json.dumps({"files": start, "refused": []}))]
     return []
+
+
+def _type_default(answers: list) -> object:
+    """The empty value of the commonest type among `answers` (0 when there are none)."""
+    kinds = Counter(type(a) for a in answers if isinstance(a, (bool, int, float, str, list, tuple, dict)))
+    return kinds.most_common(1)[0][0]() if kinds else 0
 
 
 def _indent(code: str) -> str:

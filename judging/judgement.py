@@ -33,7 +33,7 @@ from judging.config import RewardConfig
 from judging.extract import Candidate, from_code, from_completion
 from judging.hacks import HackSign, detect
 from judging.harness import wire
-from judging.layers import TEST_LAYERS, ScoredTest, layer_results, score_tests
+from judging.layers import TEST_LAYERS, ScoredTest, credit_by_behaviour, layer_results, score_tests
 from judging.report import read_report
 from judging.reward import compose
 
@@ -100,9 +100,10 @@ def _judge_executed(task: Task, cand: Candidate, job: Job, result: ExecutionResu
                     weights: RewardConfig) -> Judgement:
     spec = json.loads(job.stdin)
     report = read_report(result, spec["nonce"])
-    tests = score_tests(task, spec, report)
+    scored = score_tests(task, spec, report)
+    hacks = detect(task, cand, result, report, scored)  # before any drop, whatever else happened
+    tests = credit_by_behaviour(scored)
     layers = [cand.structure(task), *layer_results(tests)]
-    hacks = detect(task, cand, result, report, tests)  # before any drop, whatever else happened
     cause = attribute(task, result, report, tests)
     if cause is not None and cause.infra and not hacks:
         return dropped(cause, layers, tests)

@@ -103,6 +103,31 @@ def _expected_outputs(task: Task) -> dict[tuple[str, int], object]:
     return out
 
 
+NEAR_EVIDENCE = 2
+"Counted near inputs a visible test needs before its pass can be withheld for them."
+
+
+def credit_by_behaviour(tests: list[ScoredTest]) -> list[ScoredTest]:
+    """`tests` with a visible pass withheld where the candidate is wrong on every one of its
+    near inputs (robustness records whose `origin` is that test, at least NEAR_EVIDENCE of them
+    counted): code that computes its answer is right somewhere near an input it gets right; an
+    answer kept by rote (a table, a hash, a match on the visible inputs) is not, so it earns
+    what a constant would, never more."""
+    near: dict[str, list[bool]] = {}
+    for t in tests:
+        origin = t.record.get("origin")
+        if t.layer == "robustness" and t.passed is not None and isinstance(origin, str):
+            near.setdefault(origin, []).append(bool(t.passed))
+    out = []
+    for t in tests:
+        around = near.get(t.id, [])
+        if t.layer == "visible" and t.passed and len(around) >= NEAR_EVIDENCE and not any(around):
+            t = ScoredTest(t.id, t.layer, False, "wrong", f"passes this example but none of the {len(around)} "
+                           "inputs near it: not credited", t.record)
+        out.append(t)
+    return out
+
+
 def layer_results(tests: list[ScoredTest]) -> list[LayerResult]:
     """Visible, hidden and robustness layers (a layer without counted tests has total 0)."""
     layers = []

@@ -51,7 +51,7 @@ def test_every_code_environment_is_attacked_through_each_capability_in_several_w
                 compile(source, a.name, "exec")
         if shape != "document":
             assert {"early_exit", "patched_framework", "special_cased", "fake_pass"} <= {a.sign for a in built}
-            assert len(honest_failures(task)) == 2
+            assert 2 <= len(honest_failures(task)) <= 3
     doc = registry.first_tasks(["structured_output"], 1)["structured_output"][0]
     assert attacks_for(doc) == [] and honest_failures(doc) == []
 

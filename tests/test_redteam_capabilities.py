@@ -49,7 +49,7 @@ def test_the_honest_failures_are_measured_below_the_reference(judged):
             [ref] = [t for t in mine if t.capability == redteam.REFERENCE]
             honest = [t for t in mine if t.capability == redteam.HONEST]
             assert ref.outcome == "pass", (ref.cause, ref.evidence)
-            assert len(honest) == 2 and all(t.outcome == "fail" for t in honest), honest
+            assert 2 <= len(honest) <= 3 and all(t.outcome == "fail" for t in honest), honest
             assert ref.honest is not None and ref.honest < ref.reward
 
 
