@@ -29,14 +29,13 @@ from bus.nats_bus import Bus, Identity
 from runtime import config as config_mod
 from runtime import log as log_mod
 from runtime.connect import bus_settings
+from runtime.kinds import KINDS
 
 log = structlog.get_logger("runtime.actor")
 
 
 def resolve_target(kind: str, cfg: config_mod.RunConfig) -> Callable[..., Any]:
     """The `run` function of `kind`, from config targets or the built-in registry."""
-    from actors import KINDS
-
     target = cfg.actors.target.get(kind) or KINDS.get(kind)
     if target is None:
         raise ConfigError("actors", kind, "unknown actor kind")

@@ -279,7 +279,7 @@ def test_the_compose_override_gives_each_role_its_own_certificate():
     server files where `--tls-dir /etc/nats/tls` says; the CA's key is mounted nowhere."""
     import yaml
 
-    from actors import KINDS
+    from runtime.kinds import KINDS
 
     base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     tls = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())
