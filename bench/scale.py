@@ -49,8 +49,8 @@ from bench.scale_report import render  # noqa: E402
 from bench.scale_worker import quiet_logs, sim_config  # noqa: E402
 from bus import subjects  # noqa: E402
 from bus.nats_bus import Bus, Identity  # noqa: E402
+from runtime.broker.embedded import EmbeddedServer  # noqa: E402
 from runtime.connect import bus_settings, topology  # noqa: E402
-from runtime.embedded import EmbeddedServer  # noqa: E402
 
 
 class Worker:

@@ -146,7 +146,7 @@ def _detach(rd: rundir.RunDir) -> None:
 def down(run: RunOpt = None,
          timeout: Annotated[float, typer.Option(help="Seconds to wait for a graceful stop.")] = 60.0) -> None:
     """Stop the stack gracefully: actors drain or give back their work, nothing is lost."""
-    from runtime.embedded import stop_pid
+    from runtime.broker.embedded import stop_pid
 
     rd = rundir.find(run)
     pid = rd.supervisor_pid()

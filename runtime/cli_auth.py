@@ -33,7 +33,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from runtime import auth, certs, config as config_mod, credentials
+from runtime import config as config_mod, credentials
+from runtime.broker import auth, certs
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file whose [auth.roles] maps extra actor kinds.")]

@@ -60,8 +60,8 @@ async def _replay(run: Optional[str], url: Optional[str], run_id: str) -> list[T
 
 def load_trials(run: Optional[str], url: Optional[str]) -> tuple[rundir.RunDir, list[Trial]]:
     """The run folder and its trials, newest record of each trial id."""
-    from runtime.embedded import EmbeddedServer
-    from runtime.embedded_cluster import EmbeddedCluster, stored_nodes
+    from runtime.broker.cluster import EmbeddedCluster, stored_nodes
+    from runtime.broker.embedded import EmbeddedServer
 
     rd = rundir.find(run)
     live = url or os.environ.get("WHET_NATS_URL") or rd.supervisor_pid() is not None

@@ -27,8 +27,8 @@ from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from judging.config import JudgeConfig
 from monitoring.config import MonitorConfig
 from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, TrainerConfig
-from runtime.auth import AuthConfig, role_of
-from runtime.embedded import sync_interval_problem
+from runtime.broker.auth import AuthConfig, role_of
+from runtime.broker.embedded import sync_interval_problem
 from runtime.kinds import KINDS
 from runtime.sections import (ActorsConfig, AutoscaleConfig, BusConfig, LoggingConfig, RunSection,
                               SupervisorConfig, TrainingConfig)

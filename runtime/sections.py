@@ -15,7 +15,7 @@ import msgspec
 
 from bus import subjects
 from bus.section import Section
-from runtime.embedded import SYNC_INTERVAL
+from runtime.broker.embedded import SYNC_INTERVAL
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
 Seconds = Annotated[float, msgspec.Meta(gt=0)]

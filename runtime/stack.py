@@ -24,12 +24,12 @@ from bus.errors import ActorFailed
 from bus.messages import ActorFailure, ScaleTarget
 from bus.nats_bus import Bus, Identity
 from runtime import autoscale, credentials
+from runtime import progress
+from runtime.broker.cluster import EmbeddedCluster
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
-from runtime.embedded import EmbeddedServer
-from runtime.embedded_cluster import EmbeddedCluster
 from runtime.rundir import RunDir
-from runtime import progress
 from runtime.supervisor import Supervisor
 
 log = structlog.get_logger("runtime.stack")

@@ -22,9 +22,9 @@ from bus.consumer import consume
 from bus.errors import BusError, ConfigError
 from bus.messages import ScaleTarget
 from bus.nats_bus import Bus, Identity, servers
+from runtime.broker.cluster import EmbeddedCluster, healthy
 from runtime.config import RunConfig, load
 from runtime.connect import topology
-from runtime.embedded_cluster import EmbeddedCluster, healthy
 from runtime.rundir import RunDir
 from tests.conftest import bus_settings, patiently, until
 
@@ -244,7 +244,7 @@ async def test_whet_up_on_a_local_cluster_replicates_and_stops_every_node(tmp_pa
     import signal
 
     from runtime import status as status_mod
-    from runtime.embedded import alive
+    from runtime.broker.embedded import alive
     from tests.test_stop import start_whet
 
     proc = start_whet(tmp_path, "[bus]\nembedded_nodes = 3\nreplicas = 3\n")

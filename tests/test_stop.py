@@ -21,7 +21,7 @@ import pytest
 
 from bus.nats_bus import Bus, Identity
 from runtime import status as status_mod
-from runtime.embedded import alive
+from runtime.broker.embedded import alive
 from tests.conftest import ROOT, bus_settings
 
 CONFIG = """
