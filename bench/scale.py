@@ -8,7 +8,7 @@ Consumes nothing; starts its own nats-server (file storage, monitoring on) unles
 given; several URLs need a client that takes comma-separated URLs, `[bus] url` on a cluster).
 Point it only at a bus no run is using: between counts it purges the actor registry (KV
 whet-actors) and its own stream. For each count N it starts N simulated actors (`bench/scale_actor.py`: each its own
-NATS connection, the real heartbeat of `runtime.actor_main`, a consumer on a shared durable
+NATS connection, the real heartbeat of `runtime.stack.actor`, a consumer on a shared durable
 through `bus.consumer`, and a publisher at `--rate` messages/s), `--per-process` of them per
 OS process (`bench/scale_worker.py`), and measures over `--window` seconds:
 

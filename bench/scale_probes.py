@@ -29,10 +29,10 @@ from bench.scale_worker import sim_config
 from bus import subjects
 from bus.nats_bus import Bus
 from runtime import status as status_mod
-from runtime.actor_main import serve
 from runtime.render import render_status
-from runtime.rundir import RunDir
-from runtime.supervisor import Supervisor
+from runtime.stack.actor import serve
+from runtime.stack.rundir import RunDir
+from runtime.stack.supervisor import Supervisor
 
 TICK = os.sysconf("SC_CLK_TCK")
 

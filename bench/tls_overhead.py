@@ -25,11 +25,11 @@ import anyio
 from bus import subjects
 from bus.messages import ExecutionRequest
 from bus.nats_bus import Bus, BusSettings, Identity
-from runtime import credentials
 from runtime.broker import auth, certs
 from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
+from runtime.stack import credentials
 from tests.test_codec import samples
 
 REQUEST = next(s for s in samples() if isinstance(s, ExecutionRequest))

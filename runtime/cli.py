@@ -29,8 +29,10 @@ from bus.messages import ActorFailure, Event, ScaleTarget
 from bus.nats_bus import Bus, local_identity
 from runtime import config as config_mod
 from runtime import log as log_mod
-from runtime import rundir, stack, status as status_mod, tail as tail_mod
+from runtime import status as status_mod, tail as tail_mod
 from runtime.connect import bus_settings
+from runtime.stack import rundir
+from runtime.stack import serve as stack
 from runtime.terminal import terminal
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -67,7 +69,7 @@ def connect_url(run: str | None, url: str | None) -> str:
 
 async def open_bus(run: str | None, url: str | None) -> Bus:
     """Connect a short-lived CLI client with the run's settings (or defaults)."""
-    from runtime import credentials
+    from runtime.stack import credentials
 
     target = connect_url(run, url)
     cfg, rd = config_mod.RunConfig(), None
@@ -108,7 +110,7 @@ def up(
 
 def refuse_if_unready(cfg: config_mod.RunConfig) -> None:
     """Exit with status 1 and one line per problem when this machine cannot run `cfg`."""
-    from runtime import preflight
+    from runtime.stack import preflight
 
     problems = anyio.run(preflight.check, cfg)
     for problem in problems:

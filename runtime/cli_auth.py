@@ -33,8 +33,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from runtime import config as config_mod, credentials
+from runtime import config as config_mod
 from runtime.broker import auth, certs
+from runtime.stack import credentials
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file whose [auth.roles] maps extra actor kinds.")]

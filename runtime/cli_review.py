@@ -27,7 +27,7 @@ from judging import model_judge as mj
 from judging import review, review_log
 from judging.config import ModelJudgeConfig
 from runtime import config as config_mod
-from runtime import rundir
+from runtime.stack import rundir
 
 ANSWERS = {"y": True, "yes": True, "n": False, "no": False}
 

@@ -20,7 +20,7 @@ from bus import subjects
 from bus.errors import RunError, WhetError
 from bus.messages import Trial
 from monitoring.trials import ParquetSink, trial_row
-from runtime import rundir
+from runtime.stack import rundir
 
 
 class Format(str, Enum):

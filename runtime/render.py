@@ -98,7 +98,7 @@ def render_status(snap: StackStatus, console: Console | None = None, *,
                         str(s.in_flight), str(s.redelivered))
     console.print(streams)
     if snap.heldout is not None:
-        from runtime.render_round import round_line
+        from runtime.stack.render_round import round_line
 
         console.print(f"held-out: {round_line(snap.heldout)}", highlight=False)
     if snap.metrics is not None:

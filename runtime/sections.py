@@ -4,7 +4,7 @@
 Consumes nothing; declares typed, bounded sections on `bus.section.Section` that
 `runtime.config.RunConfig` composes beside the packages' own (and the broker's `[auth]`).
 It reads no file and starts nothing; the autoscaler that acts on `[autoscale]` is
-`runtime.autoscale`.
+`runtime.stack.autoscale`.
 """
 
 from __future__ import annotations

@@ -23,11 +23,12 @@ from bus import subjects
 from bus.errors import PermissionDenied, TlsFailed
 from bus.messages import ExecutionDone, ExecutionResult
 from bus.nats_bus import Bus, Identity
-from runtime import config as config_mod, credentials
+from runtime import config as config_mod
 from runtime.broker import auth, certs
 from runtime.broker.embedded import EmbeddedServer, server_binary
 from runtime.config import RunConfig
 from runtime.connect import topology
+from runtime.stack import credentials
 from tests.conftest import ROOT, STORE_MB, bus_settings
 from tests.test_auth import AUTH, REQUEST, VERDICT
 

@@ -25,7 +25,7 @@ from bus.nats_bus import Bus, Identity, servers
 from runtime.broker.cluster import EmbeddedCluster, healthy
 from runtime.config import RunConfig, load
 from runtime.connect import topology
-from runtime.rundir import RunDir
+from runtime.stack.rundir import RunDir
 from tests.conftest import bus_settings, patiently, until
 
 
@@ -153,7 +153,7 @@ def test_replicas_are_one_or_three_and_three_needs_a_cluster(tmp_path, monkeypat
 async def test_embedded_nodes_three_starts_a_local_cluster(tmp_path):
     """`whet up` with embedded_nodes = 3 starts three routed nodes; a client given their
     URLs keeps working, with three replicas, when the node it is on dies."""
-    from runtime.stack import _start_server
+    from runtime.stack.serve import _start_server
 
     cfg = RunConfig()
     cfg = msgspec.structs.replace(cfg, bus=msgspec.structs.replace(

@@ -13,7 +13,7 @@ server requires a client certificate signed by the CA (`verify: true`); users an
 permissions still come from the per-role passwords. Keys are ECDSA P-256.
 
 It does not configure the server or the clients (`runtime.broker.auth.tls_config`,
-`runtime.credentials` do). Needs the `cryptography` package (the `tls` extra).
+`runtime.stack.credentials` do). Needs the `cryptography` package (the `tls` extra).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One actor in one OS process: `python -m runtime.actor_main --kind K --instance I ...`.
+"""One actor in one OS process: `python -m runtime.stack.actor --kind K --instance I ...`.
 
 Consumes the resolved config, the NATS URL and the actor kind; runs that kind's `run`
 function under anyio with a heartbeat beside it. Produces heartbeats in the actor registry
@@ -147,7 +147,7 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runtime.actor_main")
+    parser = argparse.ArgumentParser(prog="runtime.stack.actor")
     parser.add_argument("--kind", required=True)
     parser.add_argument("--instance", required=True)
     parser.add_argument("--config", required=True)

@@ -21,7 +21,7 @@ from bus.errors import RunError
 from bus.nats_bus import BusSettings
 from runtime.broker import auth, certs
 from runtime.config import RunConfig
-from runtime.rundir import RunDir
+from runtime.stack.rundir import RunDir
 
 
 def secrets_dir(cfg: RunConfig, run_dir: RunDir | None) -> Path | None:

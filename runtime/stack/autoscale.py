@@ -25,7 +25,7 @@ from bus.errors import BusUnavailable
 from bus.messages import ScaleTarget
 from runtime.sections import AutoscaleConfig, KindPolicy
 
-log = structlog.get_logger("runtime.autoscale")
+log = structlog.get_logger("runtime.stack.autoscale")
 
 
 @dataclass(frozen=True)
