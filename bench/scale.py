@@ -17,7 +17,7 @@ OS process (`bench/scale_worker.py`), and measures over `--window` seconds:
 - heartbeat and KV load: heartbeat writes per second (the KV stream's sequence), and the
   oldest beat `whet status` sees (a beat older than 3 intervals shows the actor as dead);
 - server CPU (% of one core) and memory (RSS), connections, subscriptions, slow consumers;
-- `whet status` latency: `runtime.status.gather` against the bus with N actors registered;
+- `whet status` latency: `runtime.cli.stack_status.gather` against the bus with N actors registered;
 - a newcomer's time to ready and to its first message while the N actors work;
 - bring-up: time until all N actors have their consumers in place.
 

@@ -12,7 +12,7 @@ import pytest
 from bus import subjects
 from bus.errors import ConfigError
 from runtime import config as config_mod
-from runtime import status as status_mod
+from runtime.cli import stack_status as status_mod
 from runtime.stack.autoscale import KindPolicy, KindState, backlog_of, step, wanted
 from tests.test_runtime import PROBE, all_done, publish_requests, ready_probes, wait_for
 

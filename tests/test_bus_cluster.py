@@ -243,8 +243,8 @@ async def test_whet_up_on_a_local_cluster_replicates_and_stops_every_node(tmp_pa
     nodes, the streams keep three replicas, and a stop (SIGTERM) ends every node."""
     import signal
 
-    from runtime import status as status_mod
     from runtime.broker.embedded import alive
+    from runtime.cli import stack_status as status_mod
     from tests.test_stop import start_whet
 
     proc = start_whet(tmp_path, "[bus]\nembedded_nodes = 3\nreplicas = 3\n")

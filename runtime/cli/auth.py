@@ -35,6 +35,7 @@ import typer
 
 from runtime import config as config_mod
 from runtime.broker import auth, certs
+from runtime.cli.options import friendly
 from runtime.stack import credentials
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
@@ -46,8 +47,6 @@ def _auth_config(config: Path | None) -> auth.AuthConfig:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     group = typer.Typer(no_args_is_help=True, help="NATS users and per-role permissions.")
     app.add_typer(group, name="auth")
 

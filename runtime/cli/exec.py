@@ -17,6 +17,9 @@ import typer
 
 from bus.errors import WhetError
 from bus.messages import Job, Limits
+from runtime import config as config_mod
+from runtime import log as log_mod
+from runtime.cli.options import friendly
 
 
 def read_files(folder: Path) -> dict[str, bytes]:
@@ -28,8 +31,6 @@ def read_files(folder: Path) -> dict[str, bytes]:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @app.command("exec", context_settings={"allow_interspersed_args": False})
     @friendly
     def exec_(
@@ -43,8 +44,6 @@ def register(app: typer.Typer) -> None:
         config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Config file for [executor.sandbox].")] = None,
     ) -> None:
         """Run CMD in a fresh sandbox (same code path as the executor) and print the result."""
-        from runtime import config as config_mod
-        from runtime import log as log_mod
         from sandbox import open_backend
         from sandbox.runner import run_job
 
