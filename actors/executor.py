@@ -32,10 +32,9 @@ from anyio.abc import TaskStatus
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.gauges import RecentRate
-from bus.messages import (ExecutionDone, ExecutionRequest, ExecutionResult, Job, SessionReply,
-                          SessionRequest)
+from bus.messages import ExecutionDone, ExecutionRequest, SessionReply, SessionRequest
 from runtime.config import RunConfig
-from sandbox.outcome import sandbox_failure
+from sandbox.runner import run_job
 from sandbox.sessions import SessionHost
 from sandbox.workspace import WorkspaceCache
 from bus.nats_bus import Bus
@@ -46,15 +45,6 @@ log = structlog.get_logger("actors.executor")
 def should_give_back(request: ExecutionRequest, instance: str, deliveries: int, limit: int) -> bool:
     """True when this instance should let another executor take `request` (see module docs)."""
     return instance in request.avoid_executors and deliveries <= limit
-
-
-async def run_job(backend, job: Job) -> ExecutionResult:
-    """Run one job; a backend bug becomes a sandbox failure, never a lost request."""
-    try:
-        return await backend.run(job)
-    except Exception as exc:  # noqa: BLE001 - any backend bug is the sandbox's failure
-        log.exception("exec.backend_failed", error=repr(exc))
-        return sandbox_failure(getattr(backend, "name", "?"), f"backend error: {exc!r}")
 
 
 async def run(bus: Bus, config: RunConfig, *,

@@ -1,7 +1,7 @@
 """Actors as real OS processes for benchmarks, and what they logged.
 
 Consumes a config file, a NATS URL and a run directory; produces actor processes
-(`runtime.actor_main`, as the supervisor would start them) and their JSON-lines events,
+(`runtime.stack.actor`, as the supervisor would start them) and their JSON-lines events,
 plus synthetic verdicts for feeding a learner without a judge. It measures nothing itself.
 """
 
@@ -35,7 +35,7 @@ class ActorProcess:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": str(self.threads)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.actor_main", "--kind", self.kind, "--instance",
+            [sys.executable, "-m", "runtime.stack.actor", "--kind", self.kind, "--instance",
              self.instance, "--config", str(self.config), "--url", self.url,
              "--run-dir", str(self.run_dir)],
             cwd=ROOT, env=env, stdout=open(self.run_dir / f"{self.instance}.out", "ab"),

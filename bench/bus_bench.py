@@ -50,7 +50,7 @@ from bus.codec import encode, pack_f32, pack_ids
 from bus.consumer import consume
 from bus.messages import Attempt, Message, ScaleTarget, Task, Turn, Verifier
 from bus.nats_bus import Bus, BusSettings, Identity
-from runtime.embedded import EmbeddedServer
+from runtime.broker.embedded import EmbeddedServer
 
 
 def one_kb(i: int) -> ScaleTarget:

@@ -109,9 +109,9 @@ async def judge_over_bus(recorded: list[tuple], verdicts: int) -> float:
     from actors import judge as judge_actor
     from bus.consumer import consume
     from bus.nats_bus import Bus, BusSettings, Identity
+    from runtime.broker.embedded import EmbeddedServer
     from runtime.config import RunConfig
     from runtime.connect import topology
-    from runtime.embedded import EmbeddedServer
 
     results = {a.task.task_id + "|" + a.turns[-1].completion: (job, result) for a, job, result in recorded}
     server = EmbeddedServer(Path(tempfile.mkdtemp(prefix="judge-bench-")) / "nats")

@@ -27,9 +27,9 @@ import anyio
 from bench.actor_procs import ActorProcess, synthetic_verdicts
 from bus import subjects
 from bus.nats_bus import Bus, BusSettings, Identity
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
 
 CONFIG = """
 [model]

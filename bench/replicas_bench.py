@@ -3,7 +3,7 @@ with each sync setting, in one run.
 
     PYTHONPATH=. python bench/replicas_bench.py [--repeats 3] [--n 2000] [--dir D]
 
-Two local 3-node clusters run side by side (`runtime.embedded_cluster`), one flushing to disk
+Two local 3-node clusters run side by side (`runtime.broker.cluster`), one flushing to disk
 every two minutes ("2m", JetStream's default) and one on every write ("always"). On each,
 with 1 KB messages, a fresh work-queue stream with 1 replica and one with 3 are measured in
 turn, with the phases of `bench/bus_bench.py --sync`: sequential `js.publish` (each waits for
@@ -34,7 +34,7 @@ from bus_bench import (DURABLE, STREAM, SYNC_PHASES, fresh_stream, one_kb,  # no
                        raw_consume)
 
 from bus.codec import encode  # noqa: E402
-from runtime.embedded_cluster import EmbeddedCluster  # noqa: E402
+from runtime.broker.cluster import EmbeddedCluster  # noqa: E402
 
 INTERVALS = ("2m", "always")
 REPLICAS = (1, 3)

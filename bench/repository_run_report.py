@@ -26,7 +26,7 @@ import nats
 
 from bus.codec import decode
 from bus.messages import Attempt, Verdict
-from runtime.embedded import server_binary
+from runtime.broker.embedded import server_binary
 
 
 def events(run: Path, kind: str, name: str) -> list[dict]:

@@ -8,7 +8,7 @@ Consumes nothing; starts its own nats-server (file storage, monitoring on) unles
 given; several URLs need a client that takes comma-separated URLs, `[bus] url` on a cluster).
 Point it only at a bus no run is using: between counts it purges the actor registry (KV
 whet-actors) and its own stream. For each count N it starts N simulated actors (`bench/scale_actor.py`: each its own
-NATS connection, the real heartbeat of `runtime.actor_main`, a consumer on a shared durable
+NATS connection, the real heartbeat of `runtime.stack.actor`, a consumer on a shared durable
 through `bus.consumer`, and a publisher at `--rate` messages/s), `--per-process` of them per
 OS process (`bench/scale_worker.py`), and measures over `--window` seconds:
 
@@ -17,7 +17,7 @@ OS process (`bench/scale_worker.py`), and measures over `--window` seconds:
 - heartbeat and KV load: heartbeat writes per second (the KV stream's sequence), and the
   oldest beat `whet status` sees (a beat older than 3 intervals shows the actor as dead);
 - server CPU (% of one core) and memory (RSS), connections, subscriptions, slow consumers;
-- `whet status` latency: `runtime.status.gather` against the bus with N actors registered;
+- `whet status` latency: `runtime.cli.stack_status.gather` against the bus with N actors registered;
 - a newcomer's time to ready and to its first message while the N actors work;
 - bring-up: time until all N actors have their consumers in place.
 
@@ -49,8 +49,8 @@ from bench.scale_report import render  # noqa: E402
 from bench.scale_worker import quiet_logs, sim_config  # noqa: E402
 from bus import subjects  # noqa: E402
 from bus.nats_bus import Bus, Identity  # noqa: E402
+from runtime.broker.embedded import EmbeddedServer  # noqa: E402
 from runtime.connect import bus_settings, topology  # noqa: E402
-from runtime.embedded import EmbeddedServer  # noqa: E402
 
 
 class Worker:

@@ -3,7 +3,7 @@
 Consumes `Probe` messages from the bench work stream through `bus.consumer.consume` (one
 durable shared by every instance, as each real kind shares one); publishes a `Probe` every
 1/`RATE` seconds (exponential gaps) through `Bus.publish`. It runs under
-`runtime.actor_main.serve` (config `[actors] target = {sim = "bench.scale_actor:run"}`), so
+`runtime.stack.actor.serve` (config `[actors] target = {sim = "bench.scale_actor:run"}`), so
 its connection, heartbeats and drain are the real ones. It does no model work, and it
 measures only what one process can see: publish time, publish-to-handler latency, counts.
 `bench/scale.py` starts many of these per process and reads `RECORD`.

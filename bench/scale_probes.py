@@ -28,11 +28,11 @@ from bench import scale_actor
 from bench.scale_worker import sim_config
 from bus import subjects
 from bus.nats_bus import Bus
-from runtime import status as status_mod
-from runtime.actor_main import serve
-from runtime.render import render_status
-from runtime.rundir import RunDir
-from runtime.supervisor import Supervisor
+from runtime.cli import stack_status as status_mod
+from runtime.cli.render import render_status
+from runtime.stack.actor import serve
+from runtime.stack.rundir import RunDir
+from runtime.stack.supervisor import Supervisor
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -63,8 +63,8 @@ async def last_seq(bus: Bus, stream: str) -> int:
 
 
 async def status_timing(bus: Bus, repeats: int = 5, include_stopped: bool = False) -> dict:
-    """Median time of `whet status`'s read of the bus (`runtime.status.gather`) and the time
-    to draw its tables, and what it saw."""
+    """Median time of `whet status`'s read of the bus (`runtime.cli.stack_status.gather`) and
+    the time to draw its tables, and what it saw."""
     times, snap = [], None
     for _ in range(repeats):
         start = time.perf_counter()

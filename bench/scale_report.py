@@ -91,7 +91,7 @@ def render(result: dict) -> str:
              "ratio (per-message and per-call measures); 1.0 = linear / unchanged.", ""]
     lines += table(result["rows"], MEASURES)
     if result.get("supervisor"):
-        lines += ["", "Supervisor (the real `runtime.supervisor.Supervisor`; children are "
+        lines += ["", "Supervisor (the real `runtime.stack.supervisor.Supervisor`; children are "
                   "`sleep` stand-ins, as a real actor process is ~100 MB):", ""]
         lines += table(result["supervisor"], SUPERVISOR)
     return "\n".join(lines)

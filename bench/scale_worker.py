@@ -5,7 +5,7 @@
 Consumes commands, one a line on stdin: `reset` (forget what was measured), `report` (print
 it as one JSON line) and `stop` (drain every actor and exit). Produces JSON lines on stdout:
 `{"ready": n}` once every actor's consumer is in place, and the reports. Each actor is
-`runtime.actor_main.serve` of the kind `sim` (`bench.scale_actor`), with its own NATS
+`runtime.stack.actor.serve` of the kind `sim` (`bench.scale_actor`), with its own NATS
 connection; it logs warnings and errors only, to stderr.
 """
 
@@ -25,8 +25,8 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import scale_actor  # noqa: E402
-from runtime.actor_main import serve  # noqa: E402
 from runtime.config import RunConfig  # noqa: E402
+from runtime.stack.actor import serve  # noqa: E402
 
 
 def sim_config(heartbeat_s: float = 2.0) -> RunConfig:

@@ -1,6 +1,6 @@
 """Benchmark: what TLS with client certificates costs on the bus, side by side with plaintext.
 
-Consumes nothing; makes a CA and certificates (`runtime.certs`) in a temporary folder and
+Consumes nothing; makes a CA and certificates (`runtime.broker.certs`) in a temporary folder and
 starts two nats-servers with the same users, one plaintext and one requiring TLS and a
 client certificate (`[auth] tls`). Through `Bus` (the actors' client), for each it measures,
 alternating the two, medians of `--rounds`:
@@ -25,10 +25,11 @@ import anyio
 from bus import subjects
 from bus.messages import ExecutionRequest
 from bus.nats_bus import Bus, BusSettings, Identity
-from runtime import auth, certs, credentials
+from runtime.broker import auth, certs
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
+from runtime.stack import credentials
 from tests.test_codec import samples
 
 REQUEST = next(s for s in samples() if isinstance(s, ExecutionRequest))

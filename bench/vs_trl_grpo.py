@@ -6,7 +6,7 @@ this process, with `judging.trl_reward.JudgeReward` as its only reward function;
 the curve (per optimizer step: CPU and wall seconds, samples, the judge's mean reward and
 pass rate, TRL's own logged metrics) and the final policy saved as a model folder.
 
-CPU seconds are measured as `whet up` measures its stack (`runtime.progress.
+CPU seconds are measured as `whet up` measures its stack (`runtime.stack.progress.
 stack_cpu_seconds`: this process, its reaped children and its live children), from just
 before the model loads: TRL's clocks leave out the imports and the gating of its tasks,
 which whetstone's include (kind to TRL). Jobs inside sandboxes are counted by their
@@ -23,7 +23,7 @@ from typing import Any
 
 from bus.messages import Task
 from judging.trl_reward import JudgeReward, task_column
-from runtime.progress import stack_cpu_seconds
+from runtime.stack.progress import stack_cpu_seconds
 
 
 def children_of(pid: int) -> list[int]:

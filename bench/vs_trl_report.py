@@ -13,7 +13,7 @@ GOAL_CPU_RATIO, GOAL_RATE_RATIO = 0.7, 1.3
 
 
 NOTES = [
-    "cpu_s on both sides is the stack's meter (runtime.progress.stack_cpu_seconds): the "
+    "cpu_s on both sides is the stack's meter (runtime.stack.progress.stack_cpu_seconds): the "
     "process(es), reaped children and live children. CPU inside sandboxed jobs "
     "(cgroup-measured) counts on neither; whetstone.sandbox_cpu_s (every job of the run: "
     "gating, training, held-out) and trl.sandbox_cpu_s (the reward's jobs) give it apart.",

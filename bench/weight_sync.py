@@ -31,9 +31,9 @@ from bench.actor_procs import ActorProcess, synthetic_verdicts
 from bus import subjects
 from bus.nats_bus import Bus, BusSettings, Identity
 from bus.objects import get_object, put_object
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
 
 CONFIG = """
 [model]

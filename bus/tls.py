@@ -4,7 +4,7 @@ Consumes the CA, certificate and key file paths of `BusSettings`; produces an
 `ssl.SSLContext` that trusts the CA and presents the client certificate, and for a refused
 handshake a sentence that names the file at fault and how to make a new one. A missing or
 unreadable file is a `TlsFailed` before any connection is tried. It makes no certificates
-(`runtime.certs` does) and configures no server.
+(`runtime.broker.certs` does) and configures no server.
 """
 
 from __future__ import annotations

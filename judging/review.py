@@ -4,7 +4,7 @@ Consumes trial records (`Trial`) and people's `Label`s; produces the stratum of 
 stratified sample of the trials nobody has labelled yet, and the agreement table per stratum
 with 95% Wilson intervals (`envs.stats.wilson_interval`). Strata: `pass`, `hack` (flagged
 hacks), and each failure cause (`model.*`, `infra.*`). It does no I/O (`judging.review_log`
-keeps the labels; `runtime.cli_review` asks people) and judges nothing itself.
+keeps the labels; `runtime.cli.review` asks people) and judges nothing itself.
 """
 
 from __future__ import annotations

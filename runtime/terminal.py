@@ -1,7 +1,7 @@
 """The console of a `whet` process: log lines above one live status line, on stderr.
 
 Consumes rendered log lines (structlog writes them through `LineWriter`) and status text
-(`runtime.progress` sets it); produces them on stderr. On a terminal the status line stays
+(`runtime.stack.progress` sets it); produces them on stderr. On a terminal the status line stays
 at the bottom, redrawn in place, and log lines scroll above it; elsewhere (a pipe, a file)
 each status is a plain line of its own, written as often as the caller decides.
 

@@ -3,7 +3,7 @@
 Consumes PATH (plus the sbin folders, which a non-root PATH often lacks); produces
 `HostTool` values, which of them are missing, and the one `apt-get` line that installs
 them. `deploy.setup` (what `make run` and `make test` call) installs from these lists and
-`runtime.preflight` names them in its fixes, so the two never disagree.
+`runtime.stack.preflight` names them in its fixes, so the two never disagree.
 
 Stdlib only: `deploy.setup` imports it with the system Python, before any venv exists.
 It installs nothing and runs nothing.

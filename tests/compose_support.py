@@ -27,7 +27,8 @@ import anyio
 from bus import subjects
 from bus.messages import Attempt, Heartbeat, Verdict
 from bus.nats_bus import Bus, BusSettings, local_identity
-from runtime import auth, certs, credentials
+from runtime.broker import auth, certs
+from runtime.stack import credentials
 from sandbox import engine
 from tests.judging_support import attempt, io_task
 

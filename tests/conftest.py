@@ -20,10 +20,10 @@ import pytest
 
 from bus.nats_bus import Bus, BusSettings, Identity
 from bus.subjects import ConsumerSpec
+from runtime.broker.cluster import EmbeddedCluster
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
-from runtime.embedded_cluster import EmbeddedCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,10 +14,10 @@ import msgspec
 from bus import subjects
 from bus.messages import LayerResult, Trial
 from bus.nats_bus import Bus, Identity
+from runtime.broker.cluster import EmbeddedCluster
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
-from runtime.embedded_cluster import EmbeddedCluster
 from tests.conftest import ROOT, bus_settings, with_caps
 from tests.test_monitor import verdict
 

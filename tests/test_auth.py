@@ -25,10 +25,11 @@ from bus.messages import (Event, EvaluatorState, ExecutionDone, ExecutionRequest
                           TaskAssignment, Verdict, WeightVersion)
 from bus.nats_bus import Bus, Identity
 from bus.objects import get_object, list_objects, put_object
-from runtime import auth, credentials
+from runtime.broker import auth
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
+from runtime.stack import credentials
 from tests.conftest import STORE_MB, bus_settings
 from tests.test_codec import samples
 

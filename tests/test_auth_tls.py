@@ -23,10 +23,12 @@ from bus import subjects
 from bus.errors import PermissionDenied, TlsFailed
 from bus.messages import ExecutionDone, ExecutionResult
 from bus.nats_bus import Bus, Identity
-from runtime import auth, certs, config as config_mod, credentials
+from runtime import config as config_mod
+from runtime.broker import auth, certs
+from runtime.broker.embedded import EmbeddedServer, server_binary
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer, server_binary
+from runtime.stack import credentials
 from tests.conftest import ROOT, STORE_MB, bus_settings
 from tests.test_auth import AUTH, REQUEST, VERDICT
 
@@ -279,7 +281,7 @@ def test_the_compose_override_gives_each_role_its_own_certificate():
     server files where `--tls-dir /etc/nats/tls` says; the CA's key is mounted nowhere."""
     import yaml
 
-    from actors import KINDS
+    from runtime.kinds import KINDS
 
     base = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     tls = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())

@@ -12,8 +12,8 @@ import pytest
 from bus import subjects
 from bus.errors import ConfigError
 from runtime import config as config_mod
-from runtime import status as status_mod
-from runtime.autoscale import KindPolicy, KindState, backlog_of, step, wanted
+from runtime.cli import stack_status as status_mod
+from runtime.stack.autoscale import KindPolicy, KindState, backlog_of, step, wanted
 from tests.test_runtime import PROBE, all_done, publish_requests, ready_probes, wait_for
 
 POLICY = KindPolicy(min=1, max=4, backlog_per_instance=10, up_cooldown_s=5, down_cooldown_s=30)

@@ -16,9 +16,9 @@ from bus.errors import BusError, ObjectCorrupt
 from bus.messages import DeadLetter, ScaleTarget, WeightVersion
 from bus.nats_bus import Bus, Identity
 from bus.objects import delete_object, get_object, list_objects, put_object
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
 from tests.conftest import bus_settings, until, with_caps
 from tests.test_codec import samples
 

@@ -22,10 +22,10 @@ from bus.consumer import consume
 from bus.errors import BusError, ConfigError
 from bus.messages import ScaleTarget
 from bus.nats_bus import Bus, Identity, servers
+from runtime.broker.cluster import EmbeddedCluster, healthy
 from runtime.config import RunConfig, load
 from runtime.connect import topology
-from runtime.embedded_cluster import EmbeddedCluster, healthy
-from runtime.rundir import RunDir
+from runtime.stack.rundir import RunDir
 from tests.conftest import bus_settings, patiently, until
 
 
@@ -153,7 +153,7 @@ def test_replicas_are_one_or_three_and_three_needs_a_cluster(tmp_path, monkeypat
 async def test_embedded_nodes_three_starts_a_local_cluster(tmp_path):
     """`whet up` with embedded_nodes = 3 starts three routed nodes; a client given their
     URLs keeps working, with three replicas, when the node it is on dies."""
-    from runtime.stack import _start_server
+    from runtime.stack.serve import _start_server
 
     cfg = RunConfig()
     cfg = msgspec.structs.replace(cfg, bus=msgspec.structs.replace(
@@ -243,8 +243,8 @@ async def test_whet_up_on_a_local_cluster_replicates_and_stops_every_node(tmp_pa
     nodes, the streams keep three replicas, and a stop (SIGTERM) ends every node."""
     import signal
 
-    from runtime import status as status_mod
-    from runtime.embedded import alive
+    from runtime.broker.embedded import alive
+    from runtime.cli import stack_status as status_mod
     from tests.test_stop import start_whet
 
     proc = start_whet(tmp_path, "[bus]\nembedded_nodes = 3\nreplicas = 3\n")

@@ -28,8 +28,8 @@ import anyio
 
 from bus import subjects
 from bus.messages import SamplerState, Verdict
-from runtime.embedded import alive
-from runtime.status import StackStatus, gather
+from runtime.broker.embedded import alive
+from runtime.cli.stack_status import StackStatus, gather
 from tests.chaos_support import (LearnerRecord, admitted_attempts, events, learner_record,
                                  repeated)
 from tests.conftest import patiently

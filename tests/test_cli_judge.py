@@ -135,7 +135,7 @@ def test_an_unreadable_tasks_file_is_one_clear_error(tmp_path):
 def test_backend_choice_in_every_combination():
     """The flag alone means subprocess; with another --backend it contradicts; without it,
     --backend wins over the config, subprocess from either is refused, unknown names too."""
-    from runtime.cli_judge import choose_backend
+    from runtime.cli.judge import choose_backend
 
     assert choose_backend(None, True, "local") == ("subprocess", "")
     assert choose_backend("subprocess", True, "local") == ("subprocess", "")

@@ -27,9 +27,9 @@ import pytest
 
 from bus import subjects
 from bus.nats_bus import Bus, Identity
+from runtime.broker.cluster import monitoring
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded_cluster import monitoring
 from tests.conftest import Stack, bus_settings, patiently
 from tests.test_chaos import (CONFIG, SEED, Chaos, drain_and_stop, healthy, reconcile,
                               verdict_count)

@@ -19,13 +19,13 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from actors import KINDS
 from deploy import images, wheels
-from runtime.auth import AuthConfig, role_of, roles
+from runtime.broker.auth import AuthConfig, role_of, roles
 from bus.nats_bus import servers
+from runtime.broker.cluster import free_ports
+from runtime.broker.embedded import server_binary
 from runtime.config import load
-from runtime.embedded import server_binary
-from runtime.embedded_cluster import free_ports
+from runtime.kinds import KINDS
 
 ROOT = images.ROOT
 ML_KINDS = {"generator", "learner", "learner_rank", "evaluator"}

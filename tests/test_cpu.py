@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from runtime.cpu import cpu_by_label, process_table, tree_cpu
+from runtime.stack.cpu import cpu_by_label, process_table, tree_cpu
 
 
 def test_tree_cpu_sums_a_process_and_all_its_descendants():

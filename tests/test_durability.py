@@ -9,8 +9,8 @@ import urllib.request
 import pytest
 
 from bus.errors import RunError
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import load
-from runtime.embedded import EmbeddedServer
 
 
 def jetstream_config(server: EmbeddedServer) -> dict:

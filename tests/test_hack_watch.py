@@ -17,7 +17,7 @@ from monitoring.alerts import (
 from monitoring.config import Band, MonitorConfig
 from monitoring.metrics import VerdictPoint
 from monitoring.snapshot import Window, build_snapshot
-from runtime.render_metrics import render_metrics
+from runtime.cli.render_metrics import render_metrics
 
 
 def _p(i: int, outcome: str, cause: str = "", reward: float | None = 0.0, at: float = 100.0,

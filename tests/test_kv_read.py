@@ -15,9 +15,9 @@ import pytest
 from bus import subjects
 from bus.messages import Heartbeat, ScaleTarget
 from bus.nats_bus import Bus, Identity
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
 from tests.conftest import STORE_MB, bus_settings
 
 

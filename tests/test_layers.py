@@ -10,9 +10,9 @@ from pathlib import Path
 
 from anyio.abc import TaskStatus
 
-from actors import KINDS
 from bus.nats_bus import Bus
 from runtime.config import RunConfig
+from runtime.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["bus", "sandbox", "policy", "judging", "envs", "monitoring"]

@@ -1,7 +1,7 @@
 """kill -9 of the learner process mid-run: it resumes from its checkpoint, with optimizer
 state, and no verdict's update is counted twice or lost.
 
-The learner runs as a real actor process (`runtime.actor_main`) on the tiny model; the
+The learner runs as a real actor process (`runtime.stack.actor`) on the tiny model; the
 test plays the judge, publishing verdicts with synthetic token ids.
 """
 
@@ -78,7 +78,7 @@ class LearnerProcess:
     def start(self) -> None:
         self.run_dir.mkdir(exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.actor_main", "--kind", "learner", "--instance",
+            [sys.executable, "-m", "runtime.stack.actor", "--kind", "learner", "--instance",
              "learner-1", "--config", str(self.config), "--url", self.url,
              "--run-dir", str(self.run_dir)],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},

@@ -65,7 +65,7 @@ class Rank:
     def start(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "runtime.actor_main", "--kind", self.kind, "--instance",
+            [sys.executable, "-m", "runtime.stack.actor", "--kind", self.kind, "--instance",
              self.instance, "--config", str(self.config), "--url", self.url,
              "--run-dir", str(self.run_dir)],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},

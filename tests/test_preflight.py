@@ -1,6 +1,6 @@
 """Preflight: each thing an actor needs from the machine, checked with that thing missing.
 
-`whet up` and `whet doctor` run the checks of `runtime.preflight`; a missing thing is one
+`whet up` and `whet doctor` run the checks of `runtime.stack.preflight`; a missing thing is one
 line naming it, where it comes from in the config, and the fix, and nothing starts.
 """
 
@@ -17,8 +17,8 @@ import msgspec
 
 from policy.config import ModelConfig
 from policy.model import weights_problem
-from runtime import preflight
 from runtime.config import RunConfig
+from runtime.stack import preflight
 from sandbox.config import SandboxConfig
 from tests.conftest import ROOT, with_caps
 

@@ -10,12 +10,12 @@ import anyio
 from bus import subjects
 from bus.messages import EvalRound, Heartbeat, HeldoutScore, StepRecord
 from envs.config import EvaluatorConfig
-from runtime import liveline
 from runtime.config import ActorsConfig, RunConfig, TrainingConfig
-from runtime.plots import draw
-from runtime.progress import Progress, watch
-from runtime.render_round import eval_row, round_brief, round_line
-from runtime.rundir import RunDir
+from runtime.stack import liveline
+from runtime.stack.plots import draw
+from runtime.stack.progress import Progress, watch
+from runtime.stack.render_round import eval_row, round_brief, round_line
+from runtime.stack.rundir import RunDir
 
 
 def progress(tmp_path, evaluators: int) -> Progress:
@@ -213,7 +213,7 @@ async def test_a_stack_stops_itself_after_max_steps_from_the_step_records(make_s
 
 def test_the_reward_plot_carries_a_rolling_mean():
     """The rolling mean of the last 5 steps' reward, hand-computed, fewer at the start."""
-    from runtime.plots import with_rolling_mean
+    from runtime.stack.plots import with_rolling_mean
 
     rows = [{"step": i, "mean_reward": r} for i, r in enumerate([0, 1, 2, 3, 4, 5, 6], 1)]
     got = [r["mean_reward_rolling"] for r in with_rolling_mean(rows, "mean_reward")]

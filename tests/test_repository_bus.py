@@ -140,7 +140,7 @@ def _executor_process(tmp_path: Path, url: str) -> subprocess.Popen:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     return subprocess.Popen(
-        [sys.executable, "-m", "runtime.actor_main", "--kind", "executor", "--instance", "exec-1",
+        [sys.executable, "-m", "runtime.stack.actor", "--kind", "executor", "--instance", "exec-1",
          "--config", str(config), "--url", url, "--run-dir", str(run_dir)],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"},
         stdout=open(run_dir / "executor.out", "ab"), stderr=subprocess.STDOUT)

@@ -16,7 +16,7 @@ import msgspec
 from bus import subjects
 from bus.codec import decode
 from bus.messages import DeadLetter, ExecutionDone, ExecutionRequest, Job
-from runtime import status as status_mod
+from runtime.cli import stack_status as status_mod
 from tests.test_codec import samples
 
 PROBE = """

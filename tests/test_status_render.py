@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from runtime.render import ACTOR_ROWS_MAX, kind_rows, render_status
-from runtime.status import ActorRow, StackStatus
+from runtime.cli.render import ACTOR_ROWS_MAX, kind_rows, render_status
+from runtime.cli.stack_status import ActorRow, StackStatus
 
 
 def row(kind: str, i: int, state: str = "ready", beat_age_s: float = 0.5) -> ActorRow:

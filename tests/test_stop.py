@@ -20,8 +20,8 @@ import anyio
 import pytest
 
 from bus.nats_bus import Bus, Identity
-from runtime import status as status_mod
-from runtime.embedded import alive
+from runtime.broker.embedded import alive
+from runtime.cli import stack_status as status_mod
 from tests.conftest import ROOT, bus_settings
 
 CONFIG = """

@@ -16,8 +16,8 @@ import sys
 
 import anyio
 
-from runtime import crash_cause
-from runtime import status as status_mod
+from runtime.cli import stack_status as status_mod
+from runtime.stack import crash_cause
 from tests.conftest import ROOT
 from tests.test_runtime import PROBE, ready_probes, wait_for
 

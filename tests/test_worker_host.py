@@ -17,10 +17,11 @@ import yaml
 from bus import subjects
 from bus.messages import ExecutionDone, ExecutionResult
 from bus.nats_bus import Bus, Identity
-from runtime import auth, certs, credentials
+from runtime.broker import auth, certs
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
-from runtime.embedded import EmbeddedServer
+from runtime.stack import credentials
 from tests.conftest import ROOT, STORE_MB
 from tests.test_auth import AUTH, REQUEST
 from tests.test_auth_tls import settings_for

@@ -1,7 +1,7 @@
 """PNG plots of a run's metrics: reward, held-out pass rate and staleness against steps.
 
 Consumes `<run dir>/metrics/train.csv`, `eval.csv` and `progress.csv` (written by
-`runtime.progress`); produces `<run dir>/plots/progress.png` (tasks gated, attempts judged,
+`runtime.stack.progress`); produces `<run dir>/plots/progress.png` (tasks gated, attempts judged,
 held-out attempts and learner steps against wall minutes: there from the first minute),
 `reward.png`, `heldout.png` (pass rates shaded with their 95% intervals) and `staleness.png`
 (against learner steps). Uses matplotlib
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import structlog
 
-log = structlog.get_logger("runtime.plots")
+log = structlog.get_logger("runtime.stack.plots")
 _warned = False
 
 

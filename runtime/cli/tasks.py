@@ -24,6 +24,8 @@ from envs.environment import generate as generate_tasks
 from envs.gates import GateReport, GateTally
 from envs.intake import gate_many
 from runtime import config as config_mod
+from runtime import log as log_mod
+from runtime.cli.options import friendly
 
 ConfigOpt = Annotated[Optional[Path], typer.Option("--config", "-c", help="Run config for [envs.gates].")]
 OutOpt = Annotated[Optional[Path], typer.Option("--out", "-o", help="Write tasks here (default: stdout).")]
@@ -38,8 +40,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _register_generate(tasks: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @tasks.command("envs")
     @friendly
     def envs_() -> None:
@@ -76,8 +76,6 @@ def _register_generate(tasks: typer.Typer) -> None:
 
 
 def _register_check(tasks: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @tasks.command("check")
     @friendly
     def check(
@@ -102,8 +100,6 @@ def _register_check(tasks: typer.Typer) -> None:
 
 
 def _register_import(tasks: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @tasks.command("import")
     @friendly
     def import_(
@@ -130,8 +126,6 @@ def _register_import(tasks: typer.Typer) -> None:
 
 def _log_to_stderr() -> None:
     # Task records go to stdout; log lines (the sandbox's, the gates') must not mix in.
-    from runtime import log as log_mod
-
     log_mod.configure(kind="cli", instance="whet-tasks", level="warning")
 
 

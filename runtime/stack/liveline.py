@@ -6,7 +6,7 @@ stepped, the latest training figures; produces text such as
 
     4m12s  gating 37/450 tasks | held-out round at version 0: 12/109 attempts | step 1/24: 12/32 attempts
 
-Pure: no I/O. `runtime.progress` reads the heartbeats and shows the line.
+Pure: no I/O. `runtime.stack.progress` reads the heartbeats and shows the line.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from runtime.config import RunConfig
 @dataclass(frozen=True)
 class Counts:
     """The progress counters of one moment, summed over the live instances (also the row
-    `runtime.progress` keeps in metrics/progress.csv)."""
+    `runtime.stack.progress` keeps in metrics/progress.csv)."""
 
     ready: int = 0
     expected: int = 0

@@ -63,7 +63,7 @@ class RunDir:
             pid = int(self.pid_file.read_text())
         except (OSError, ValueError):
             return None
-        from runtime.embedded import alive
+        from runtime.broker.embedded import alive
 
         return pid if alive(pid) else None
 

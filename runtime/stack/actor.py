@@ -1,4 +1,4 @@
-"""One actor in one OS process: `python -m runtime.actor_main --kind K --instance I ...`.
+"""One actor in one OS process: `python -m runtime.stack.actor --kind K --instance I ...`.
 
 Consumes the resolved config, the NATS URL and the actor kind; runs that kind's `run`
 function under anyio with a heartbeat beside it. Produces heartbeats in the actor registry
@@ -29,14 +29,13 @@ from bus.nats_bus import Bus, Identity
 from runtime import config as config_mod
 from runtime import log as log_mod
 from runtime.connect import bus_settings
+from runtime.kinds import KINDS
 
 log = structlog.get_logger("runtime.actor")
 
 
 def resolve_target(kind: str, cfg: config_mod.RunConfig) -> Callable[..., Any]:
     """The `run` function of `kind`, from config targets or the built-in registry."""
-    from actors import KINDS
-
     target = cfg.actors.target.get(kind) or KINDS.get(kind)
     if target is None:
         raise ConfigError("actors", kind, "unknown actor kind")
@@ -148,7 +147,7 @@ async def serve(kind: str, instance: str, cfg: config_mod.RunConfig, url: str,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="runtime.actor_main")
+    parser = argparse.ArgumentParser(prog="runtime.stack.actor")
     parser.add_argument("--kind", required=True)
     parser.add_argument("--instance", required=True)
     parser.add_argument("--config", required=True)

@@ -33,7 +33,10 @@ from typing import Annotated, Optional
 
 import typer
 
-from runtime import auth, certs, config as config_mod, credentials
+from runtime import config as config_mod
+from runtime.broker import auth, certs
+from runtime.cli.options import friendly
+from runtime.stack import credentials
 
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Config file whose [auth.roles] maps extra actor kinds.")]
@@ -44,8 +47,6 @@ def _auth_config(config: Path | None) -> auth.AuthConfig:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     group = typer.Typer(no_args_is_help=True, help="NATS users and per-role permissions.")
     app.add_typer(group, name="auth")
 

@@ -1,25 +1,14 @@
 """The stack's progress: a live line on the terminal, CSV metrics and plots in the run dir.
 
-Consumes the actors' heartbeats (KV whet-actors: their progress gauges, every second on a
-terminal) and, with a learner, the learner's typed step records (`StepRecord`, KV whet-run
-`learner.step.*`) and the evaluator's typed round results (`EvalRound`, KV whet-run
-`evaluator.round.*`), those written since it started. Both are KV watches, renewed after an
-outage; a renewed watch gives every key again, and what was recorded before is skipped, so no
-step or round is missed or written twice. (The `learner.step_completed` and
-`evaluator.evaluated` events are for people; nothing here reads them.) It produces
-- the live line (`runtime.liveline`) on stderr from the first second: what the stack is
-  doing (actors starting, gating n/N, the held-out round k/N, step s: k/batch attempts), the
-  latest training figures and the latest held-out pass rate with its interval and its paired
-  change since version 0 (`runtime.render_round`); redrawn in place on a terminal, otherwise a plain line when
-  it changes (at most every 30 s, at least every 5 minutes);
-- with a learner, `<run dir>/metrics/train.csv` and `eval.csv`, one row per learner step /
-  evaluated version, and `progress.csv`, a row of the live counters every 30 s, each stamped
-  with wall seconds and CPU seconds of the whole stack since start;
-- with a learner, `<run dir>/plots/*.png` (progress against wall time from the first
-  minute; reward, held-out pass rate, staleness against steps), redrawn as rows arrive
-  (at most once a minute) and once more when the stack stops;
-and, once `training.max_steps` steps are done (and the evaluator has reported the round of
-the last version due one), a stop of the stack. It trains nothing.
+Consumes the actors' heartbeats (KV whet-actors) and, with a learner, the typed step
+records (`StepRecord`, KV `learner.step.*`) and round results (`EvalRound`, KV
+`evaluator.round.*`), through KV watches renewed after an outage (what was recorded is
+skipped, so nothing is missed or written twice; the log events are for people, never read).
+Produces the live line on stderr (`runtime.stack.liveline`, with `runtime.stack.render_round`:
+in place on a terminal, else a plain line on change, every 30 s to 5 min); with a learner,
+`metrics/train.csv`, `eval.csv` and `progress.csv` (stamped with wall and CPU seconds of the
+whole stack) and `plots/*.png` (at most once a minute, and at the stop); and, once
+`training.max_steps` steps are done and their last round reported, a stop. It trains nothing.
 """
 
 from __future__ import annotations
@@ -39,15 +28,15 @@ from bus import subjects
 from bus.errors import BusUnavailable
 from bus.messages import EvalRound, Heartbeat, Message, StepRecord
 from bus.nats_bus import Bus
-from runtime import liveline
 from runtime.config import RunConfig
-from runtime.cpu import cpu_by_label, stack_cpu_seconds
-from runtime.plots import draw
-from runtime.render_round import EVAL_COLUMNS, eval_row, round_brief
-from runtime.rundir import RunDir
+from runtime.stack import liveline
+from runtime.stack.cpu import cpu_by_label, stack_cpu_seconds
+from runtime.stack.plots import draw
+from runtime.stack.render_round import EVAL_COLUMNS, eval_row, round_brief
+from runtime.stack.rundir import RunDir
 from runtime.terminal import terminal
 
-log = structlog.get_logger("runtime.progress")
+log = structlog.get_logger("runtime.stack.progress")
 ROW_S = 30.0
 "Seconds between rows of metrics/progress.csv."
 PLAIN_LINE_S = 30.0

@@ -17,7 +17,7 @@ What a role needs, and why:
 
 Subjects with one owner are denied to every other role explicitly, on top of the allow
 lists: verdicts (judge), weights and the policy pointer (learner), scale targets (admin).
-It does not generate or store passwords (`runtime.credentials` does) and connects nowhere.
+It does not generate or store passwords (`runtime.stack.credentials` does) and connects nowhere.
 """
 
 from __future__ import annotations

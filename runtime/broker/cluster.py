@@ -1,7 +1,7 @@
 """A local NATS cluster: three `nats-server` processes on 127.0.0.1, routed to each other.
 
 Consumes a store directory (one subfolder per node), the node count and the settings of
-`runtime.embedded.EmbeddedServer`; produces a running JetStream cluster and its URLs, comma
+`runtime.broker.embedded.EmbeddedServer`; produces a running JetStream cluster and its URLs, comma
 separated (what `[bus] url` and `WHET_NATS_URL` take). `whet up` starts one with
 `[bus] embedded_nodes = 3` so streams with `[bus] replicas = 3` can run on one machine
 without Docker; the cluster chaos test kill -9s its nodes one at a time. It creates no
@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from bus.errors import RunError
-from runtime.embedded import SYNC_INTERVAL, EmbeddedServer
+from runtime.broker.embedded import SYNC_INTERVAL, EmbeddedServer
 
 CLUSTER_NAME = "whet"
 

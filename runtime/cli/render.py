@@ -16,7 +16,9 @@ from rich.table import Table
 
 from bus import gauges as gauge_names
 from bus.messages import ActorFailure
-from runtime.status import ActorRow, StackStatus
+from runtime.cli.render_metrics import render_metrics
+from runtime.cli.stack_status import ActorRow, StackStatus
+from runtime.stack.render_round import round_line
 
 _KEY_GAUGES = (gauge_names.GENERATOR_TOKENS_PER_S, gauge_names.EXECUTOR_JOBS_PER_S,
                gauge_names.LEARNER_STEP_TIME_S, gauge_names.SAMPLER_REPAIR_TASKS)
@@ -98,12 +100,8 @@ def render_status(snap: StackStatus, console: Console | None = None, *,
                         str(s.in_flight), str(s.redelivered))
     console.print(streams)
     if snap.heldout is not None:
-        from runtime.render_round import round_line
-
         console.print(f"held-out: {round_line(snap.heldout)}", highlight=False)
     if snap.metrics is not None:
-        from runtime.render_metrics import render_metrics
-
         render_metrics(snap.metrics, console, now=snap.at)
 
 

@@ -1,10 +1,10 @@
 """Bring a whole stack up and down: server (embedded or given), topology, supervisor.
 
 Consumes a `RunConfig` and a fresh run directory; produces a running stack whose URL and
-supervisor pid are in the run directory, and a live status line (`runtime.progress`), until
+supervisor pid are in the run directory, and a live status line (`runtime.stack.progress`), until
 SIGTERM, SIGINT or SIGHUP (`whet down`, Ctrl-C, a closed terminal) stops it gracefully, or a
 kind's crash loop does: actors drain, then the embedded server stops, on every way out. With `[auth]` on, the embedded
-server gets per-run users and each actor its role's login (`runtime.credentials`); with
+server gets per-run users and each actor its role's login (`runtime.stack.credentials`); with
 `[autoscale]` kinds, the autoscaler runs beside the supervisor. It does no domain work.
 """
 
@@ -23,16 +23,16 @@ from bus import subjects
 from bus.errors import ActorFailed
 from bus.messages import ActorFailure, ScaleTarget
 from bus.nats_bus import Bus, Identity
-from runtime import autoscale, credentials
+from runtime.broker.cluster import EmbeddedCluster
+from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
-from runtime.embedded import EmbeddedServer
-from runtime.embedded_cluster import EmbeddedCluster
-from runtime.rundir import RunDir
-from runtime import progress
-from runtime.supervisor import Supervisor
+from runtime.stack import autoscale, credentials
+from runtime.stack import progress
+from runtime.stack.rundir import RunDir
+from runtime.stack.supervisor import Supervisor
 
-log = structlog.get_logger("runtime.stack")
+log = structlog.get_logger("runtime.stack.serve")
 
 
 async def serve(cfg: RunConfig, run_dir: RunDir) -> None:

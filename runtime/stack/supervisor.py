@@ -1,7 +1,7 @@
 """The supervisor: N OS processes per actor kind, restarted on crash, rescaled at runtime.
 
 Consumes the run config (initial counts) and `ScaleTarget` entries in the run KV bucket
-(`whet scale` writes them); produces actor processes (`runtime.actor_main`), each with its
+(`whet scale` writes them); produces actor processes (`runtime.stack.actor`), each with its
 own log file under `<run dir>/logs/`. A crashed process is restarted in the same slot after
 a backoff that doubles per crash and resets once it has run for a while. A slot whose
 process crashes `crash_loop_limit` times in a row without ever becoming ready (its
@@ -33,11 +33,11 @@ from bus import subjects
 from bus.errors import BusUnavailable
 from bus.messages import ActorFailure, Heartbeat, ScaleTarget
 from bus.nats_bus import Bus
-from runtime import crash_cause
 from runtime.config import RunConfig
-from runtime.rundir import RunDir
+from runtime.stack import crash_cause
+from runtime.stack.rundir import RunDir
 
-log = structlog.get_logger("runtime.supervisor")
+log = structlog.get_logger("runtime.stack.supervisor")
 _STABLE_S = 30.0
 
 
@@ -117,7 +117,7 @@ class Supervisor:
                 self.scale(target.kind, target.count)
 
     def _command(self, slot: Slot) -> list[str]:
-        return [sys.executable, "-m", "runtime.actor_main", "--kind", slot.kind,
+        return [sys.executable, "-m", "runtime.stack.actor", "--kind", slot.kind,
                 "--instance", slot.instance, "--config", str(self.run_dir.config_file),
                 "--url", self.url, "--run-dir", str(self.run_dir.path)]
 

@@ -1,8 +1,8 @@
-"""`whet tail`: follow the events stream, filtered, pretty on a terminal and JSON otherwise.
+"""What `whet tail` shows and how: its filter, `--since` and the line formats.
 
-Consumes `Event` messages from the events stream (read-only replay, nothing is acked);
-produces lines on stdout. Filtering by actor kind happens on the server (subject filter);
-by level and event-name glob, here. It does not write to the bus.
+Consumes `Event`s; decides which ones `whet tail` prints (`TailFilter`: by level and
+event-name glob, here; by actor kind, on the server through the subject filter), where the
+replay starts (`parse_since`) and each line's form (`as_text`, `as_json`). No I/O.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """whetstone's own certificate authority for NATS over TLS across hosts.
 
 Consumes a folder (`<secrets>/tls`), the names and addresses the server is reached by, and
-the roles of `runtime.auth`; produces, where missing, PEM files (keys mode 0600):
+the roles of `runtime.broker.auth`; produces, where missing, PEM files (keys mode 0600):
 
     ca.pem, ca-key.pem              the CA (its key never leaves the host that made it)
     server.pem, server-key.pem      the server, with a SAN per name and address
@@ -12,8 +12,8 @@ the role it runs, and a leaked key is replaced by renewing that role's files alo
 server requires a client certificate signed by the CA (`verify: true`); users and their
 permissions still come from the per-role passwords. Keys are ECDSA P-256.
 
-It does not configure the server or the clients (`runtime.auth.tls_config`,
-`runtime.credentials` do). Needs the `cryptography` package (the `tls` extra).
+It does not configure the server or the clients (`runtime.broker.auth.tls_config`,
+`runtime.stack.credentials` do). Needs the `cryptography` package (the `tls` extra).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bus.errors import RunError
-from runtime import auth
+from runtime.broker import auth
 
 CA, SERVER = "ca", "server"
 DEFAULT_HOSTS = ("localhost", "127.0.0.1", "nats")

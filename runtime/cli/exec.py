@@ -2,8 +2,8 @@
 
 Consumes command-line options (backend, runtime, limits, a folder of files) and the sandbox
 section of a config file; produces one JSON document on stdout. It goes through the same
-`open_backend` and `run_job` as the executor actor, so what it shows is what the actor does.
-It does NOT touch the bus.
+`open_backend` and `sandbox.runner.run_job` as the executor actor, so what it shows is what
+the actor does. It does NOT touch the bus.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ import typer
 
 from bus.errors import WhetError
 from bus.messages import Job, Limits
+from runtime import config as config_mod
+from runtime import log as log_mod
+from runtime.cli.options import friendly
 
 
 def read_files(folder: Path) -> dict[str, bytes]:
@@ -28,8 +31,6 @@ def read_files(folder: Path) -> dict[str, bytes]:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @app.command("exec", context_settings={"allow_interspersed_args": False})
     @friendly
     def exec_(
@@ -43,10 +44,8 @@ def register(app: typer.Typer) -> None:
         config: Annotated[Optional[Path], typer.Option("--config", "-c", help="Config file for [executor.sandbox].")] = None,
     ) -> None:
         """Run CMD in a fresh sandbox (same code path as the executor) and print the result."""
-        from actors.executor import run_job
-        from runtime import config as config_mod
-        from runtime import log as log_mod
         from sandbox import open_backend
+        from sandbox.runner import run_job
 
         cfg = config_mod.load(config) if config else config_mod.RunConfig()
         log_mod.configure(kind="cli", instance="exec", level="warning")  # stdout is the JSON

@@ -27,7 +27,12 @@ from judging import model_judge as mj
 from judging import review, review_log
 from judging.config import ModelJudgeConfig
 from runtime import config as config_mod
-from runtime import rundir
+from runtime.broker.cluster import EmbeddedCluster, stored_nodes
+from runtime.broker.embedded import EmbeddedServer
+from runtime.cli.model_judge import ask_model_judge, run_calibration
+from runtime.cli.options import RunOpt, UrlOpt, friendly, open_bus
+from runtime.cli.render_trace import render_trial
+from runtime.stack import rundir
 
 ANSWERS = {"y": True, "yes": True, "n": False, "no": False}
 
@@ -47,8 +52,6 @@ class LabelLine(msgspec.Struct, forbid_unknown_fields=True):
 
 
 async def _replay(run: Optional[str], url: Optional[str], run_id: str) -> list[Trial]:
-    from runtime.cli import open_bus
-
     bus = await open_bus(run, url)
     try:
         return [t async for _, t, _ in bus.replay(subjects.STREAM_TRIALS,
@@ -60,9 +63,6 @@ async def _replay(run: Optional[str], url: Optional[str], run_id: str) -> list[T
 
 def load_trials(run: Optional[str], url: Optional[str]) -> tuple[rundir.RunDir, list[Trial]]:
     """The run folder and its trials, newest record of each trial id."""
-    from runtime.embedded import EmbeddedServer
-    from runtime.embedded_cluster import EmbeddedCluster, stored_nodes
-
     rd = rundir.find(run)
     live = url or os.environ.get("WHET_NATS_URL") or rd.supervisor_pid() is not None
     nodes = stored_nodes(rd.nats_dir)
@@ -118,8 +118,6 @@ def ask_label(trial: Trial, labeller: str) -> review.Label | None:
 
 def label_interactively(trials: list[Trial], queue: list[Trial], labels_path: Path,
                         labeller: str) -> int:
-    from runtime.render_trace import render_trial
-
     done = 0
     for i, trial in enumerate(queue, 1):
         typer.echo(f"\n--- {i} of {len(queue)} (stratum {review.stratum_of(trial)}) ---")
@@ -186,9 +184,6 @@ def latest_opinions(folder: Path) -> dict[str, mj.Opinion]:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import RunOpt, UrlOpt, friendly
-    from runtime.cli_model_judge import ask_model_judge, run_calibration
-
     @app.command("review")
     @friendly
     def review_(run: RunOpt = None, url: UrlOpt = None,

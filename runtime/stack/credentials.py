@@ -1,14 +1,13 @@
 """Per-role NATS passwords: generated per run or read from files, handed out through the
 environment, never written to the repository or logged.
 
-Consumes the `[auth]` section, a secrets folder (one file per role, named after the role)
-and bus settings; produces password files (mode 0600 in a 0700 folder), the environment
-a supervised actor gets (`WHET_NATS_USER`, `WHET_NATS_PASSWORD_FILE`, `WHET_NATS_CA`, and
-with `[auth] tls` its role's `WHET_NATS_CERT` and `WHET_NATS_KEY` from `<secrets>/tls`),
-and bus settings for the stack and the CLI logged in as `admin`. Passwords and keys travel
-as file paths, not values, so they show up in no process listing. It decides no
-permissions (`runtime.auth` does) and makes no certificates (`runtime.certs` does). For a
-host that runs only workers it copies those roles' files, and nothing else, to a folder.
+Consumes the `[auth]` section, a secrets folder (one file per role) and bus settings;
+produces password files (mode 0600 in a 0700 folder), the environment a supervised actor
+gets (`WHET_NATS_USER`, `WHET_NATS_PASSWORD_FILE`, `WHET_NATS_CA`, with `[auth] tls` its
+role's `WHET_NATS_CERT` and `WHET_NATS_KEY`), and admin bus settings for the stack and the
+CLI. Secrets travel as file paths, never values, so no process listing shows them. It
+decides no permissions (`runtime.broker.auth`) and makes no certificates
+(`runtime.broker.certs`). For a worker-only host it copies those roles' files to a folder.
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ from pathlib import Path
 
 from bus.errors import RunError
 from bus.nats_bus import BusSettings
-from runtime import auth, certs
+from runtime.broker import auth, certs
 from runtime.config import RunConfig
-from runtime.rundir import RunDir
+from runtime.stack.rundir import RunDir
 
 
 def secrets_dir(cfg: RunConfig, run_dir: RunDir | None) -> Path | None:

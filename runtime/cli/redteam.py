@@ -22,11 +22,11 @@ import typer
 from bus.errors import ConfigError
 from runtime import config as config_mod
 from runtime import log as log_mod
+from runtime.cli.judge import _prefer_this_python
+from runtime.cli.options import friendly
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @app.command("redteam")
     @friendly
     def redteam(
@@ -88,7 +88,6 @@ def chosen_capabilities(text: str):
 
 async def _run(picked, backend_name: str, cfg, concurrency: int, keep=None):
     from judging import redteam as rt
-    from runtime.cli_judge import _prefer_this_python
     from sandbox import open_backend
     from sandbox.config import SandboxConfig
 

@@ -20,7 +20,9 @@ from bus import subjects
 from bus.errors import RunError, WhetError
 from bus.messages import Trial
 from monitoring.trials import ParquetSink, trial_row
-from runtime import rundir
+from runtime.cli.options import RunOpt, UrlOpt, friendly, open_bus
+from runtime.cli.render_trace import render_trial
+from runtime.stack import rundir
 
 
 class Format(str, Enum):
@@ -51,8 +53,6 @@ def run_id_of(run: Optional[str]) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import RunOpt, UrlOpt, friendly, open_bus
-
     @app.command()
     @friendly
     def trace(trial_id: Annotated[str, typer.Argument(help="Trial id (the attempt id).")],
@@ -79,8 +79,6 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps(trial_row(latest, tokens=tokens), indent=2))
             return
-        from runtime.render_trace import render_trial
-
         render_trial(latest)
 
     @app.command("export")
@@ -100,8 +98,6 @@ def register(app: typer.Typer) -> None:
 
 async def _export(run: Optional[str], url: Optional[str], run_id: Optional[str], fmt: Format,
                   out: Optional[Path], tokens: bool) -> int:
-    from runtime.cli import open_bus
-
     bus = await open_bus(run, url)
     sink = ParquetSink(out, tokens=tokens) if fmt is Format.parquet else None
     stream = open(out, "w") if (sink is None and out is not None) else sys.stdout

@@ -31,11 +31,10 @@ from judging.offline import Judged, judge_all
 from judging.samples import index_tasks, read_samples
 from runtime import config as config_mod
 from runtime import log as log_mod
+from runtime.cli.options import friendly
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @app.command("judge")
     @friendly
     def judge(

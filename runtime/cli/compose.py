@@ -28,9 +28,11 @@ import typer
 from bus import subjects
 from bus.errors import ConfigError
 from bus.nats_bus import Bus, Identity
-from runtime import actor_main, config as config_mod, credentials
+from runtime import config as config_mod
 from runtime import log as log_mod
+from runtime.cli.options import friendly
 from runtime.connect import bus_settings, topology
+from runtime.stack import actor as actor_main, credentials
 
 log = structlog.get_logger("runtime.compose")
 ConfigOpt = Annotated[Path, typer.Option("--config", "-c", envvar="WHET_CONFIG", help="Config file.")]
@@ -70,8 +72,6 @@ async def prepare_bus(cfg: config_mod.RunConfig, run_id: str) -> list[str]:
 
 
 def register(app: typer.Typer) -> None:
-    from runtime.cli import friendly
-
     @app.command()
     @friendly
     def setup(config: ConfigOpt = DEFAULT_CONFIG) -> None:

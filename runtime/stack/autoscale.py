@@ -16,66 +16,16 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Annotated
 
 import anyio
-import msgspec
 import structlog
 
 from bus import subjects
 from bus.errors import BusUnavailable
 from bus.messages import ScaleTarget
-from bus.section import Section
+from runtime.sections import AutoscaleConfig, KindPolicy
 
-log = structlog.get_logger("runtime.autoscale")
-
-Count = Annotated[int, msgspec.Meta(ge=0, le=64)]
-
-DEFAULT_QUEUES: dict[str, list[str]] = {
-    kind: [f"{c.stream}/{c.durable}" for c in specs] for kind, specs in {
-        "executor": [subjects.CONSUMER_EXEC],
-        "generator": [subjects.CONSUMER_TASKS, subjects.CONSUMER_TURNS],
-        "judge": [subjects.CONSUMER_ATTEMPTS, subjects.CONSUMER_EXEC_DONE],
-    }.items()}
-"Consumers ('STREAM/durable') whose backlog drives each kind, unless configured."
-
-
-class KindPolicy(Section):
-    min: Count = 1
-    "Fewest instances."
-    max: Count = 4
-    "Most instances."
-    backlog_per_instance: Annotated[int, msgspec.Meta(ge=1)] = 16
-    "Backlog (undelivered + unacked messages) one instance should carry."
-    up_cooldown_s: Annotated[float, msgspec.Meta(ge=0)] = 10.0
-    "Least time between two changes when scaling up."
-    down_cooldown_s: Annotated[float, msgspec.Meta(ge=0)] = 60.0
-    "Time the backlog must need fewer instances (and no change happen) before one goes."
-    consumers: list[str] = []
-    "Durable consumers ('STREAM/durable') whose backlog counts; empty: the kind's default."
-
-    def __post_init__(self) -> None:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is above max ({self.max})")
-        for name in self.consumers:
-            if name.count("/") != 1:
-                raise ValueError(f"consumer {name!r}: expected 'STREAM/durable'")
-
-
-class AutoscaleConfig(Section):
-    interval_s: Annotated[float, msgspec.Meta(gt=0)] = 2.0
-    "Seconds between two looks at the backlog."
-    kinds: dict[str, KindPolicy] = {}
-    "Policy of each autoscaled kind; kinds not named keep their configured count."
-
-    def __post_init__(self) -> None:
-        for kind, policy in self.kinds.items():
-            if not policy.consumers and kind not in DEFAULT_QUEUES:
-                raise ValueError(f"kind {kind!r} has no default queue; set its consumers, "
-                                 f"e.g. consumers = [\"WHET_EXEC/executor\"]")
-
-    def queues(self, kind: str) -> list[str]:
-        return self.kinds[kind].consumers or DEFAULT_QUEUES[kind]
+log = structlog.get_logger("runtime.stack.autoscale")
 
 
 @dataclass(frozen=True)
