@@ -54,6 +54,14 @@ class Verifier(Part):
     extra: dict[str, str] = {}
     "Environment-specific verifier data (schemas, input generators, edge cases)."
 
+    def budget(self, name: str, default: int) -> int:
+        """One of a tool episode's budgets in `extra` (`max_steps`, `max_tokens`,
+        `result_chars`); `default` when absent or not a whole number."""
+        try:
+            return int(self.extra.get(name, default))
+        except ValueError:
+            return default
+
 
 class Limits(Part):
     """Resource limits for one sandboxed job. Defaults are finite on purpose."""
