@@ -36,28 +36,17 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass
 
 from bus.messages import ExecutionResult, Task
 from judging import code_signs
 from judging.extract import Candidate
+from judging.findings import HackSign, ScoredTest
 from judging.jobs import shipped_digest
-from judging.layers import ScoredTest
 from judging.report import Report
 
 _PASS_TEXT = re.compile(r"(?im)\ball tests? passed\b|\btests? passed\b|^\s*PASS(ED)?\b|^OK\s*$|"
                         r"\bRan \d+ tests?\b|\b\d+ passed\b")
 _SKIPS = {"SkipTest", "Skipped", "KeyboardInterrupt", "SkipTestError"}
-
-
-@dataclass(frozen=True)
-class HackSign:
-    kind: str
-    evidence: str
-
-    @property
-    def cause(self) -> str:
-        return f"hack.{self.kind}"
 
 
 def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,

@@ -27,6 +27,7 @@ import msgspec
 
 from bus.messages import Job, Task
 from judging import quality as quality_mod
+from judging import rubric
 from judging.config import QualityConfig
 from judging.extract import Candidate
 from judging.harness import checks, wire
@@ -63,8 +64,6 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
     """The job that runs every test layer of `task` against `cand`, and measures its quality
     when `quality` is on (its time, CPU and memory limits then grow by the measurements' own
     allowance; the harness's budgets and the candidate's memory cap stay the task's)."""
-    from judging import rubric  # it imports attribution, which imports this module
-
     kind = task.verifier.kind
     if kind == rubric.KIND:
         try:

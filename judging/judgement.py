@@ -31,9 +31,10 @@ from judging import quality, rubric, structured
 from judging.attribution import Cause, attribute
 from judging.config import RewardConfig
 from judging.extract import Candidate, from_code, from_completion
-from judging.hacks import HackSign, detect
+from judging.findings import HackSign, ScoredTest
+from judging.hacks import detect
 from judging.harness import wire
-from judging.layers import TEST_LAYERS, ScoredTest, layer_results, score_tests
+from judging.layers import TEST_LAYERS, layer_results, score_tests
 from judging.report import read_report
 from judging.reward import compose
 

@@ -12,27 +12,15 @@ raises. It does NOT attribute causes or compute rewards.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from bus.messages import LayerResult, Task
 from judging.compare import same_stdout, same_value, show
+from judging.findings import ScoredTest
 from judging.harness import wire
 from judging.jobs import expected_ids
 from judging.report import Report, test_shape_ok
 
 TEST_LAYERS = ("visible", "hidden", "robustness")
-
-
-@dataclass(frozen=True)
-class ScoredTest:
-    id: str
-    layer: str
-    passed: bool | None
-    "None when the test does not count (invalid)."
-    status: str
-    "The harness's status ('ok', 'error', 'timeout', 'exit', 'killed', ...), 'wrong', 'missing' or 'malformed'."
-    detail: str
-    record: dict
 
 
 def score_tests(task: Task, spec: dict, report: Report) -> list[ScoredTest]:

@@ -12,7 +12,7 @@ from judging.attribution import job_cause, cause_of_test, timeout_cause
 from judging.compare import same_stdout, same_value
 from judging.config import RewardConfig
 from judging.harness import checks, wire
-from judging.layers import ScoredTest
+from judging.findings import ScoredTest
 from judging.report import Report, read_report
 from judging.reward import compose
 from runtime.config import load
