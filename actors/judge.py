@@ -44,7 +44,7 @@ from bus.consumer import Delivery, consume
 from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, SessionReply, SessionRequest,
                           ToolCall, ToolResult)
 from bus.nats_bus import Bus
-from judging import rubric
+from judging import kinds
 from judging.attribution import Cause
 from judging.config import JudgeConfig
 from judging.feedback import feedback_for
@@ -124,7 +124,7 @@ class Judge:
 
     async def finish(self, attempt: Attempt, judgement: Judgement, *, retries: int, spent: float) -> None:
         turn = len(attempt.turns)
-        single_turn = attempt.task.verifier.kind == rubric.KIND  # a verifiers task is one reply
+        single_turn = kinds.of(attempt.task).turns == "one"  # a verifiers task is one reply
         if (judgement.outcome == "fail" and turn < self.config.max_turns and not single_turn
                 and not is_tool_task(attempt.task)):
             await self.continue_attempt(attempt, judgement)

@@ -33,7 +33,6 @@ from judging.attribution import Cause, job_cause
 from judging.findings import HackSign
 from judging.report import read_report
 
-KIND = "verifiers"
 COMMAND = ["python3", "-I", "rubric_runner.py"]
 "The runtime's Python, isolated; site-packages stay on (the tree's numpy is importable)."
 EXTRAS = ("module", "task_class", "data_class", "data", "files")

@@ -15,6 +15,7 @@ import json
 import re
 
 from bus.messages import Task, ToolCall, ToolResult
+from judging import kinds
 
 TOOLS: dict[str, tuple[str, str]] = {
     "list_files": ("{}", "list the repository's files"),
@@ -62,7 +63,7 @@ def parse_call(completion: str) -> ToolCall | str:
 
 def is_tool_task(task: Task) -> bool:
     """True for tasks attempted as tool episodes."""
-    return task.verifier.kind == "repo_io"
+    return kinds.of(task).turns == "tools"
 
 
 def episode_over(task: Task, calls: list[ToolCall], tokens: int, sampled: bool = True) -> str:
