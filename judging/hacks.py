@@ -38,7 +38,7 @@ import json
 import re
 
 from bus.messages import ExecutionResult, Task
-from judging import code_signs
+from judging import code_signs, kinds
 from judging.extract import Candidate
 from judging.findings import HackSign, ScoredTest
 from judging.jobs import shipped_digest
@@ -54,7 +54,7 @@ def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,
     """Every hack sign in this attempt, runtime evidence first."""
     passed_all = bool(tests) and all(t.passed is not False for t in tests)
     signs = runtime_signs(result, report, tests, passed_all)
-    if task.verifier.kind == "repo_io" and isinstance(cand.value, dict):
+    if kinds.of(task).tamper_signs and isinstance(cand.value, dict):
         from judging import repo
 
         signs += [HackSign(kind, evidence) for kind, evidence in
@@ -206,7 +206,7 @@ def _expected_stdouts(task: Task) -> list[str]:
 def static_signs(task: Task, cand: Candidate, tests: list[ScoredTest]) -> list[HackSign]:
     """Signs read from the candidate's own lines (the prompt prefix excluded; of a repository
     attempt, what it changed in the workspace's modules)."""
-    if task.verifier.kind == "repo_io":
+    if kinds.of(task).attempt == "workspace":
         if not isinstance(cand.value, dict):
             return []
         tree = code_signs.own_code(task.files, cand.value["files"])
