@@ -28,7 +28,8 @@ from bus.consumer import Delivery, consume
 from bus.messages import Attempt, TaskAssignment, Turn
 from bus.nats_bus import Bus
 from judging.tools import is_tool_task
-from policy.engine import Engine, RowSettings, Sample, SampleRequest, open_engine, room_left
+from policy.engine import Engine, RowSettings, Sample, SampleRequest, room_left
+from policy.engines import open_engine
 from policy.follower import WeightFollower
 from runtime.config import RunConfig
 

@@ -26,7 +26,7 @@ attempt that cannot be judged (whatever its result holds) gets a verdict, the mo
 failure (`judgement.unjudgeable`), never a retry or a dead letter. Every
 output id derives from the input's, so a redelivered input never yields a second output.
 It does NOT run sandboxes (the executor does) or train (the learner does); the judging
-itself is `judging.judgement`.
+itself is `judging.drive` (one attempt) and `judging.episode` (a tool step).
 """
 
 from __future__ import annotations
@@ -41,18 +41,17 @@ from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.consumer import Delivery, consume
-from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, SessionReply, SessionRequest,
-                          ToolCall, ToolResult)
+from bus.messages import Attempt, ExecutionDone, ExecutionRequest, Job, SessionReply, SessionRequest
 from bus.nats_bus import Bus
-from judging import rubric
+from judging import kinds
 from judging.attribution import Cause
 from judging.config import JudgeConfig
+from judging.drive import judge_run, prepare
 from judging.feedback import feedback_for
-from judging.jobs import TaskError, build_job
-from judging.judgement import (Judgement, before_running, candidate_of, dropped, judge_result,
-                               unjudgeable)
+from judging.judgement import Judgement, dropped
 from judging.steps import start_of, step_credit
-from judging.tools import episode_over, is_tool_task, parse_call, result_message
+from judging.episode import call_of, session_calls
+from judging.tools import episode_over, is_tool_task, result_message
 from runtime.config import RunConfig
 
 log = structlog.get_logger("judge")
@@ -76,16 +75,9 @@ class Judge:
     async def request_run(self, attempt: Attempt, turn: int) -> None:
         """Judge the attempt's candidate: at once when nothing needs to run, else through a job."""
         started = time.perf_counter()
-        try:
-            cand = candidate_of(attempt)
-            early = before_running(attempt.task, cand, turn, self.config.reward)
-            job = build_job(attempt.task, cand, quality=self.config.reward.quality) if early is None else None
-        except TaskError as exc:
-            early = dropped(Cause("infra.bad_task", str(exc)), [], [])
-        except Exception as exc:  # noqa: BLE001 - a verdict, never a dead letter, for one attempt
-            early = unjudgeable(turn, self.config.reward, f"{type(exc).__name__}: {exc}")
-        if early is not None:
-            await self.finish(attempt, early, retries=0, spent=time.perf_counter() - started)
+        job = prepare(attempt, self.config, turn)
+        if not isinstance(job, Job):  # judged without running: a verdict, never a dead letter
+            await self.finish(attempt, job, retries=0, spent=time.perf_counter() - started)
             return
         request = ExecutionRequest(request_id=f"{attempt.attempt_id}/t{len(attempt.turns)}/r0",
                                    attempt=attempt, job=job)
@@ -97,12 +89,7 @@ class Judge:
     async def on_done(self, done: ExecutionDone, delivery: Delivery) -> None:
         started = time.perf_counter()
         request, attempt = done.request, done.request.attempt
-        try:
-            judgement = judge_result(attempt.task, candidate_of(attempt), request.job, done.result,
-                                     penalised_turns(attempt), self.config.reward)
-        except Exception as exc:  # noqa: BLE001 - a verdict, never a dead letter, for one attempt
-            judgement = unjudgeable(penalised_turns(attempt), self.config.reward,
-                                    f"{type(exc).__name__}: {exc}")
+        judgement = judge_run(attempt, request.job, done.result, penalised_turns(attempt), self.config)
         if judgement.infra and request.retry < self.config.max_retries:
             await self.retry(done, judgement)
             self.count("judge.overhead_s", time.perf_counter() - started)
@@ -124,7 +111,7 @@ class Judge:
 
     async def finish(self, attempt: Attempt, judgement: Judgement, *, retries: int, spent: float) -> None:
         turn = len(attempt.turns)
-        single_turn = attempt.task.verifier.kind == rubric.KIND  # a verifiers task is one reply
+        single_turn = kinds.of(attempt.task).turns == "one"  # a verifiers task is one reply
         if (judgement.outcome == "fail" and turn < self.config.max_turns and not single_turn
                 and not is_tool_task(attempt.task)):
             await self.continue_attempt(attempt, judgement)
@@ -149,10 +136,8 @@ class Judge:
                 return await self.session_lost(attempt, opened)
             attempt = msgspec.structs.replace(attempt, session=opened.executor)
         start = start_of(attempt, opened)
-        call = parse_call(attempt.turns[-1].completion)
-        if isinstance(call, str):
-            call, result = ToolCall(name=""), ToolResult(name="", ok=False, output=call)
-        else:
+        call, result = call_of(attempt.turns[-1].completion)
+        if result is None:
             reply = await self.session_request(attempt, "call", timeout, call=call,
                                                step=session_calls(attempt.tool_calls))
             if reply is None or not reply.ok or reply.result is None:
@@ -229,11 +214,6 @@ class Judge:
 def penalised_turns(attempt: Attempt) -> int:
     """Turns the reward's turn penalty counts: a tool episode's steps are not retries."""
     return 1 if is_tool_task(attempt.task) else len(attempt.turns)
-
-
-def session_calls(calls: list[ToolCall]) -> int:
-    """Calls the session has run: malformed ones (name '') never reach it."""
-    return sum(1 for call in calls if call.name)
 
 
 def completion_tokens(attempt: Attempt) -> int:

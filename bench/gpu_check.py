@@ -105,7 +105,7 @@ def stage_torch_engine(model: Path, device: str, smoke: bool) -> dict:
     import torch
 
     from policy.config import GeneratorConfig, ModelConfig
-    from policy.engine import open_engine
+    from policy.engines import open_engine
     from policy.model import load_model
 
     n, new = (4, 8) if smoke else (64, 128)
@@ -144,7 +144,7 @@ def stage_vllm(model: Path, smoke: bool) -> dict:
     bare = sum(len(o.outputs[0].token_ids) for o in outs) / (time.monotonic() - began)
     _shutdown(llm)
     from policy.config import GeneratorConfig, ModelConfig, VllmSettings
-    from policy.engine import open_engine
+    from policy.engines import open_engine
 
     gen_cfg = GeneratorConfig(engine="vllm", vllm=VllmSettings(gpu_memory_utilization=0.3))
     engine = open_engine(gen_cfg, ModelConfig(path=str(model)), seed=0)

@@ -2,7 +2,7 @@
 
 Both systems get one config's shared settings (default configs/default.toml, with the
 overrides below): the model, the gated training tasks of the mix's domains, whetstone's
-judge as the reward (for TRL through `judging.trl_reward`), group size, batch, learning
+judge as the reward (for TRL through `bench.trl_reward`), group size, batch, learning
 rate, sampling, token limits, and a CPU budget.
 
 1. TRL trains in this process (`bench/vs_trl_grpo.py`) until `--max-steps` or the budget.

@@ -2,7 +2,7 @@
 
 Consumes a run config (the settings both systems share), the gated training tasks by
 domain and a CPU budget; trains SmolLM2 with TRL's `GRPOTrainer` on CPU in
-this process, with `judging.trl_reward.JudgeReward` as its only reward function; produces
+this process, with `bench.trl_reward.JudgeReward` as its only reward function; produces
 the curve (per optimizer step: CPU and wall seconds, samples, the judge's mean reward and
 pass rate, TRL's own logged metrics) and the final policy saved as a model folder.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bus.messages import Task
-from judging.trl_reward import JudgeReward, task_column
+from bench.trl_reward import JudgeReward, task_column
 from runtime.stack.progress import stack_cpu_seconds
 
 

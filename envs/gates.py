@@ -30,11 +30,9 @@ import msgspec
 
 from bus.messages import Task
 from envs.config import GateConfig
+from judging import kinds
 from judging.jobs import TaskError
 from envs.mutants import Mutant, json_mutants, python_mutants
-
-KINDS = ("python_io", "python_check", "script_io", "structured", "verifiers", "repo_io")
-
 
 @dataclass
 class GateReport:
@@ -79,19 +77,20 @@ def validity_problems(task: Task) -> list[str]:
     """What is missing or malformed in the verifier record (empty when it is usable)."""
     v = task.verifier
     problems = []
-    if v.kind not in KINDS:
-        return [f"verifier.kind: {v.kind!r} is not one of {list(KINDS)}"]
-    if v.kind == "verifiers":
+    if v.kind not in kinds.KINDS:
+        return [f"verifier.kind: {v.kind!r} is not one of {list(kinds.NAMES)}"]
+    kind = kinds.of(task)
+    if kind.gated_by == "rubric":
         from judging.rubric import problems as rubric_problems
 
         return rubric_problems(task)
     if not v.reference.strip():
         problems.append("verifier.reference: empty (the solvability gate needs one)")
-    if v.kind == "python_io" and not task.entry_point:
-        problems.append("entry_point: python_io tasks name the function to call")
-    lists = ("visible", "hidden") if v.kind in ("python_io", "script_io", "repo_io") else ()
+    if kind.names_entry_point and not task.entry_point:
+        problems.append(f"entry_point: {kind.name} tasks name the function to call")
+    lists = kind.case_lists
     lists += ("extra.robustness",) if "robustness" in v.extra else ()
-    lists += ("hidden",) if v.kind == "structured" else ()
+    lists += kind.rule_lists
     for name in lists:
         text = v.extra["robustness"] if name == "extra.robustness" else getattr(v, name)
         try:
@@ -101,14 +100,14 @@ def validity_problems(task: Task) -> list[str]:
             continue
         if not isinstance(value, list):
             problems.append(f"verifier.{name}: expected a JSON list")
-    if v.kind == "repo_io":
+    if kind.attempt == "workspace":
         try:
             from judging import repo
 
             repo.files_of(v.reference)
         except ValueError as exc:
             problems.append(f"verifier.reference: {exc}")
-    if v.kind == "structured":
+    if kind.attempt == "document":
         try:
             json.loads(v.extra.get("schema", "{}"))
             json.loads(v.reference)
@@ -116,19 +115,20 @@ def validity_problems(task: Task) -> list[str]:
             problems.append(f"verifier.extra.schema or reference: not JSON ({exc})")
     if task.limits.timeout_s <= 0 or task.limits.memory_mb <= 0:
         problems.append("limits: timeout_s and memory_mb must be positive")
-    if v.kind == "python_check" and not v.hidden.strip():
-        problems.append("verifier.hidden: python_check needs the test source")
+    if kind.needs_hidden and not v.hidden.strip():
+        problems.append(f"verifier.hidden: {kind.name} needs the test source")
     return problems
 
 
 def mutants_for(task: Task, *, limit: int, seed: int = 0) -> list[tuple[Mutant, str]]:
     """(mutant, code to check) of the task's reference, at most `limit`."""
     v = task.verifier
-    if v.kind == "structured":
+    how = kinds.of(task).mutants
+    if how == "json":
         return [(m, m.source) for m in json_mutants(v.reference, limit=limit, seed=seed)]
-    if v.kind == "repo_io":
+    if how == "workspace":
         return _workspace_mutants(task, limit, seed)
-    if v.kind == "python_check":
+    if how == "prefixed":
         # The completion continues the prompt; a mutant is the whole program, whose
         # redefinition of the entry point replaces the prompt's stub.
         prefix = v.extra.get("prefix", "")
@@ -192,7 +192,7 @@ async def gate_task(task: Task, backend, config: GateConfig,
         report.reject("invalid", "; ".join(problems))
         return report
     try:
-        if task.verifier.kind == "verifiers":
+        if kinds.of(task).gated_by == "rubric":
             await _rubric_gate(task, report, check)
         else:
             await _reference_gates(task, report, config, check)

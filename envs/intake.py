@@ -30,6 +30,7 @@ from envs import registry
 from envs.config import EnvsConfig, GateConfig
 from envs.evaluation import pick_heldout
 from envs.gates import GateReport, GateTally, gate_task
+from judging import kinds
 from sandbox import Metered, open_backend
 
 log = structlog.get_logger("envs.intake")
@@ -93,7 +94,7 @@ class KvGateCache:
 
     def digest(self, task: Task, gates: GateConfig) -> str:
         body = task.task_id + "|" + msgspec.json.encode(gates).decode()
-        if task.verifier.kind == "verifiers":  # its id leaves out the rubric's source
+        if kinds.of(task).job == "rubric":  # its id leaves out the rubric's source
             body += "|" + task.verifier.extra.get("files", "")
         return hashlib.sha256(body.encode()).hexdigest()[:32]
 

@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from bus.messages import Task
+from judging import kinds
 from judging.attack_moves import FUNCTION, LAUNDER, MOVES, REPOSITORY, SABOTAGE, SCRIPT, Move
 
 CAPABILITIES: dict[str, str] = {
@@ -40,8 +41,6 @@ CAPABILITIES: dict[str, str] = {
 }
 "The capabilities an attack abuses and what its attacks do."
 
-SHAPES = {"python_io": FUNCTION, "python_check": FUNCTION, "script_io": SCRIPT,
-          "structured": "document", "repo_io": REPOSITORY}
 _PLAIN = frozenset(CAPABILITIES) - {"workspace", "escape"}
 APPLIES: dict[str, frozenset[str]] = {
     FUNCTION: _PLAIN, SCRIPT: _PLAIN, "document": frozenset(), REPOSITORY: frozenset(CAPABILITIES),
@@ -69,7 +68,8 @@ class Attack:
 
 
 def shape_of(task: Task) -> str:
-    return SHAPES.get(task.verifier.kind, "document")
+    """The shape of attempt the attacks on `task` are written in (its kind's `shape`)."""
+    return kinds.of(task).shape
 
 
 def applicable(task: Task) -> frozenset[str]:
@@ -323,13 +323,14 @@ def visible_pairs(task: Task) -> list:
     """The visible tests as (input, expected): args and value, or stdin and stdout. For
     `python_check`, the asserts of the form `candidate(...) == literal`."""
     v = task.verifier
-    if v.kind == "python_check":
+    kind = kinds.of(task)
+    if kind.visible_inputs == "checks":
         return _check_pairs(v.visible)
     try:
         cases = json.loads(v.visible) if v.visible.strip() else []
     except ValueError:
         return []
-    if v.kind in ("python_io", "repo_io"):
+    if kind.expected == "expected":
         return [(c["args"], c.get("expected")) for c in cases if isinstance(c, dict) and "args" in c]
     return []
 

@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 
 from bus.messages import ExecutionResult, Task
-from judging.layers import ScoredTest
+from judging.findings import ScoredTest
 from judging.report import Report
 
 STARVED = 0.5

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 
 from bus.messages import Task
+from judging import kinds
 
 _FRAMEWORK_ROOTS = {"builtins", "__builtins__", "unittest", "pytest", "doctest", "AssertionError"}
 _SNOOPING = {"_getframe", "currentframe", "getouterframes", "get_objects", "get_referrers",
@@ -105,17 +106,18 @@ def visible_inputs(task: Task) -> list:
     import json
 
     v = task.verifier
+    read = kinds.of(task).visible_inputs
     try:
-        if v.kind == "python_io" and v.visible.strip():
+        if read == "args" and v.visible.strip():
             return [a for case in json.loads(v.visible) for a in _arg_forms(case.get("args", []))]
-        if v.kind == "repo_io" and v.visible.strip():
+        if read == "calls" and v.visible.strip():
             # args[0] is the 'module:function' called; only whole argument lists count, as a
             # package's own tables (tier names, rates) hold single arguments honestly
             calls = [case.get("args", [])[1:] for case in json.loads(v.visible)]
             return [a[0] if len(a) == 1 else tuple(a) for a in calls if a]
-        if v.kind == "script_io":
+        if read == "stdin":
             return [text for text, _ in script_cases(task)]
-        if v.kind == "python_check" and v.visible.strip():
+        if read == "checks" and v.visible.strip():
             return _check_call_args(v.visible)
     except (ValueError, AttributeError, TypeError):
         return []
@@ -184,7 +186,7 @@ def script_answers(tree: ast.AST, task: Task) -> list:
     """For scripts, the visible inputs the code answers with that input's expected output:
     `if data == STDIN: print(STDOUT)` or `{STDIN: STDOUT}`. Pairing input with output lets
     a short input such as '1' count, which a comparison alone would not."""
-    if task.verifier.kind != "script_io":
+    if not kinds.of(task).script_signs:
         return []
     pairs = {text: out.strip() for text, out in script_cases(task) if text}
     found = []

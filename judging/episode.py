@@ -6,8 +6,8 @@ scripted agent in tests and benchmarks, a model elsewhere), a task and an open
 `sandbox.session.Session`; produces an `EpisodeLog` and, through `judge_episode`, the
 judge's `CheckOutcome` of the final workspace (hidden tests through the function harness,
 tamper signs, the same path the judge actor uses). The bus-driven episode (judge actor and
-executor sessions) follows the same steps; this module is its reference and its test
-bench. It does not sample from a model and does not publish anything.
+executor sessions) takes each step with the same `call_of` and `session_calls`; this module
+is its reference and its test bench. It does not sample from a model or publish anything.
 """
 
 from __future__ import annotations
@@ -41,6 +41,20 @@ class EpisodeLog:
         return json.dumps({"files": self.files, "refused": self.refused})
 
 
+def call_of(completion: str) -> tuple[ToolCall, ToolResult | None]:
+    """The tool call in a completion, and no result yet; a malformed one is a nameless call
+    answered at once with why (it never reaches the session)."""
+    call = parse_call(completion)
+    if isinstance(call, str):
+        return ToolCall(name=""), ToolResult(name="", ok=False, output=call)
+    return call, None
+
+
+def session_calls(calls: list[ToolCall]) -> int:
+    """Calls the session has run: malformed ones (name '') never reach it."""
+    return sum(1 for call in calls if call.name)
+
+
 async def run_episode(agent: Agent, task: Task, session, *,
                       count_tokens: Callable[[str], int] = lambda text: len(text.split())) -> EpisodeLog:
     """Drive one episode to its end; the session's workspace is removed after."""
@@ -51,13 +65,10 @@ async def run_episode(agent: Agent, task: Task, session, *,
             completion = await agent(list(log.messages))
             tokens += count_tokens(completion)
             log.messages.append({"role": "assistant", "content": completion})
-            call = parse_call(completion)
-            if isinstance(call, str):
-                log.calls.append(ToolCall(name=""))
-                result = ToolResult(name="", ok=False, output=call)
-            else:
-                log.calls.append(call)
-                result = await session.call(call, step=sum(1 for c in log.calls[:-1] if c.name))
+            call, result = call_of(completion)
+            if result is None:
+                result = await session.call(call, step=session_calls(log.calls))
+            log.calls.append(call)
             log.results.append(result)
             if result.infra:
                 log.infra, log.end = result.infra, "infra"

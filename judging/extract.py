@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 from bus.messages import LayerResult, Task
+from judging import kinds
 
 _FENCE = re.compile(r"```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _CODE_LANGS = {"", "python", "py", "python3", "py3"}
@@ -44,7 +45,7 @@ class Candidate:
         """The structure layer: compiles, format, entry point (when the kind needs one)."""
         checks = [("compiles", self.compiles, self.compile_error),
                   ("format", self.format_ok, self.format_detail)]
-        if task.verifier.kind in ("python_io", "python_check"):
+        if kinds.of(task).entry_point:
             checks.append(("entry point", self.defines_entry,
                            "" if self.defines_entry else f"does not define {task.entry_point!r}"))
         failed = [f"{name}: {why}" for name, ok, why in checks if not ok]
@@ -55,9 +56,10 @@ class Candidate:
 
 def from_completion(task: Task, completion: str) -> Candidate:
     """The candidate in a model completion, with its format judged."""
-    if task.verifier.kind == "verifiers":  # the whole reply is scored (judging.rubric)
+    attempt = kinds.of(task).attempt
+    if attempt == "reply":  # the whole reply is scored (judging.rubric)
         return Candidate(completion)
-    structured = task.verifier.kind == "structured"
+    structured = attempt == "document"
     langs = _JSON_LANGS if structured else _CODE_LANGS
     blocks = [body for lang, body in _FENCE.findall(completion) if lang.lower() in langs]
     fenced = "```" in completion
@@ -88,24 +90,24 @@ def _format(rule: str, fenced: bool, blocks: int, fences: int) -> tuple[bool, st
 
 def from_code(task: Task, code: str) -> Candidate:
     """The candidate for raw code (no markdown): for python_check, a continuation of the prompt."""
-    kind = task.verifier.kind
-    if kind == "verifiers":
+    kind = kinds.of(task)
+    if kind.attempt == "reply":
         return Candidate(code)
-    if kind == "repo_io":
+    if kind.attempt == "workspace":
         return _workspace_candidate(code)
-    if kind == "structured":
+    if kind.attempt == "document":
         try:
             return Candidate(code, value=json.loads(code))
         except ValueError as exc:
             return Candidate(code, compile_error=f"not JSON: {exc}")
-    prefix = task.verifier.extra.get("prefix", "") if kind == "python_check" else ""
+    prefix = task.verifier.extra.get("prefix", "") if kind.prefix else ""
     if prefix and not prefix.endswith("\n"):
         prefix += "\n"
     if prefix and _defines(code, task.entry_point):
         prefix += "\n\n"  # a whole function: it replaces the prompt's stub
     program = prefix + code
     error = _compile_error(program, prefix.count("\n"))
-    entry = not task.entry_point or kind == "script_io" or (not error and _defines(program, task.entry_point))
+    entry = not task.entry_point or kind.mode == "script" or (not error and _defines(program, task.entry_point))
     return Candidate(program, prefix.count("\n"), error, defines_entry=entry)
 
 

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 
 from bus.messages import Task
+from judging import kinds
 from judging.judgement import Judgement
 
 _KIND = {"wrong": "wrong answer", "fail": "wrong answer", "error": "error", "timeout": "timeout",
@@ -51,7 +52,7 @@ def _what(task: Task, t) -> str:
         case = json.loads(task.verifier.visible)[index]
     except (ValueError, IndexError, TypeError):
         return t.id
-    if task.verifier.kind == "script_io":
+    if kinds.of(task).visible_inputs == "stdin":
         return f"input {case.get('stdin', '')[:300]!r}"
     return f"{task.entry_point}(*{json.dumps(case.get('args'))[:300]})"
 

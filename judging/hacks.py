@@ -36,13 +36,12 @@ from __future__ import annotations
 import ast
 import json
 import re
-from dataclasses import dataclass
 
 from bus.messages import ExecutionResult, Task
-from judging import code_signs
+from judging import code_signs, kinds
 from judging.extract import Candidate
+from judging.findings import HackSign, ScoredTest
 from judging.jobs import shipped_digest
-from judging.layers import ScoredTest
 from judging.report import Report
 
 _PASS_TEXT = re.compile(r"(?im)\ball tests? passed\b|\btests? passed\b|^\s*PASS(ED)?\b|^OK\s*$|"
@@ -50,22 +49,12 @@ _PASS_TEXT = re.compile(r"(?im)\ball tests? passed\b|\btests? passed\b|^\s*PASS(
 _SKIPS = {"SkipTest", "Skipped", "KeyboardInterrupt", "SkipTestError"}
 
 
-@dataclass(frozen=True)
-class HackSign:
-    kind: str
-    evidence: str
-
-    @property
-    def cause(self) -> str:
-        return f"hack.{self.kind}"
-
-
 def detect(task: Task, cand: Candidate, result: ExecutionResult, report: Report,
            tests: list[ScoredTest]) -> list[HackSign]:
     """Every hack sign in this attempt, runtime evidence first."""
     passed_all = bool(tests) and all(t.passed is not False for t in tests)
     signs = runtime_signs(result, report, tests, passed_all)
-    if task.verifier.kind == "repo_io" and isinstance(cand.value, dict):
+    if kinds.of(task).tamper_signs and isinstance(cand.value, dict):
         from judging import repo
 
         signs += [HackSign(kind, evidence) for kind, evidence in
@@ -241,7 +230,7 @@ def _expected_stdouts(task: Task) -> list[str]:
 def static_signs(task: Task, cand: Candidate, tests: list[ScoredTest]) -> list[HackSign]:
     """Signs read from the candidate's own lines (the prompt prefix excluded; of a repository
     attempt, what it changed in the workspace's modules)."""
-    if task.verifier.kind == "repo_io":
+    if kinds.of(task).attempt == "workspace":
         if not isinstance(cand.value, dict):
             return []
         tree = code_signs.own_code(task.files, cand.value["files"])

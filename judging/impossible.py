@@ -17,19 +17,20 @@ import json
 import msgspec
 
 from bus.messages import Task
+from judging import kinds
 
 
 def impossible(task: Task) -> Task | None:
     """The task with every visible and hidden expectation contradicted, or None."""
     v = task.verifier
+    kind = kinds.of(task)
     try:
-        if v.kind in ("python_io", "repo_io"):
-            visible, hidden = (_cases(s, "expected", contradict) for s in (v.visible, v.hidden))
-        elif v.kind == "script_io":
-            visible, hidden = (_cases(s, "expected_stdout", _more_output) for s in (v.visible, v.hidden))
-        elif v.kind == "python_check":
+        if kind.expected:
+            wrong = _more_output if kind.compare == "stdout" else contradict
+            visible, hidden = (_cases(s, kind.expected, wrong) for s in (v.visible, v.hidden))
+        elif kind.compare == "check":
             visible, hidden = _check(v.visible), _check(v.hidden)
-        elif v.kind == "structured":
+        elif kind.compare == "schema":
             visible, hidden = _rules(v.visible), _rules(v.hidden)
         else:
             return None

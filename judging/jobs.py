@@ -5,8 +5,8 @@ data of `judging.harness`) and `solution.py` as files, `python3 -I -S harness.py
 and the spec on stdin: tests, the arguments of each case, the reference, a nonce. Expected
 values of cases (python_io, script_io) are never put in the job: the judge compares outside.
 `expected_ids` recomputes from a job which test ids its report must hold, so a report that
-stops early is caught. It runs nothing; `structured` tasks get no job at all, and `verifiers` tasks get theirs from
-`judging.rubric`.
+stops early is caught. It runs nothing; what each kind gets is its `judging.kinds` record's
+`job`: the harness (in its `mode`), the rubric runner (`judging.rubric`), or no job at all.
 
 Verifier extras read here (besides those the kinds define): `random_cases` (how many
 randomized inputs, default 10 for functions, 2 near the visible cases for scripts
@@ -26,6 +26,7 @@ from importlib import resources
 import msgspec
 
 from bus.messages import Job, Task
+from judging import kinds, rubric
 from judging import quality as quality_mod
 from judging.config import QualityConfig
 from judging.extract import Candidate
@@ -35,8 +36,6 @@ COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
 SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "mutate.py", "proxy.py",
            "wire.py")
-MODES = {"python_io": "function", "python_check": "check", "script_io": "script",
-         "repo_io": "function"}
 DEFAULT_RANDOM = 10
 NEAR_SCRIPTS = 2
 "Robustness inputs of a script task with a reference and no generator: near its visible cases."
@@ -63,21 +62,20 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
     """The job that runs every test layer of `task` against `cand`, and measures its quality
     when `quality` is on (its time, CPU and memory limits then grow by the measurements' own
     allowance; the harness's budgets and the candidate's memory cap stay the task's)."""
-    from judging import rubric  # it imports attribution, which imports this module
-
-    kind = task.verifier.kind
-    if kind == rubric.KIND:
+    kind = kinds.of(task)
+    if kind.job == "rubric":
         try:
             return rubric.build_job(task, cand.code, nonce or secrets.token_hex(16))
         except rubric.RubricTaskError as exc:
             raise TaskError(str(exc)) from None
-    if kind not in MODES:
-        raise TaskError(f"verifier.kind: {kind!r} is not executed (expected one of "
-                        f"{sorted([*MODES, rubric.KIND])})")
+    if kind.job != "harness":
+        executed = sorted(k.name for k in kinds.KINDS.values() if k.job != "none")
+        raise TaskError(f"verifier.kind: {task.verifier.kind!r} is not executed (expected one of "
+                        f"{executed})")
     spec = make_spec(task, nonce or secrets.token_hex(16))
     limits = task.limits
     # A workspace bundle is not one module: quality is measured on single-file attempts only.
-    measured = quality_mod.job_spec(quality, cand) if quality is not None and kind != "repo_io" else None
+    measured = quality_mod.job_spec(quality, cand) if quality is not None and kind.measured else None
     if measured is not None:
         spec["quality"] = measured
         tools = measured["lint"] or measured["types"]
@@ -92,7 +90,8 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
 
 def make_spec(task: Task, nonce: str) -> dict:
     v = task.verifier
-    mode = MODES[v.kind]
+    kind = kinds.of(task)
+    mode = kind.mode
     limits = task.limits
     spec = {"v": 1, "nonce": nonce, "mode": mode, "entry_point": task.entry_point,
             "solution": "solution.py", "budget_s": round(max(limits.timeout_s * 0.75 - 0.3, 0.2), 3),
@@ -109,7 +108,7 @@ def make_spec(task: Task, nonce: str) -> dict:
     elif mode == "function":
         spec["layers"] = [{"name": n, "cases": [_args(c, n) for c in _cases(src, n)]}
                           for n, src in (("visible", v.visible), ("hidden", v.hidden))]
-        spec["reference"] = _repo_reference(v.reference) if v.kind == "repo_io" else v.reference
+        spec["reference"] = _repo_reference(v.reference) if kind.attempt == "workspace" else v.reference
         cases = [_args(c, "robustness") for c in _cases(v.extra.get("robustness", ""), "extra.robustness")]
         spec["robustness"] = {"cases": cases, **_random(task, default=DEFAULT_RANDOM if v.reference else 0)}
     else:

@@ -27,13 +27,14 @@ import time
 from dataclasses import dataclass, field
 
 from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
-from judging import quality, rubric, structured
+from judging import kinds, quality, rubric, structured
 from judging.attribution import Cause, attribute
 from judging.config import RewardConfig
 from judging.extract import Candidate, from_code, from_completion
-from judging.hacks import HackSign, detect
+from judging.findings import HackSign, ScoredTest
+from judging.hacks import detect
 from judging.harness import wire
-from judging.layers import TEST_LAYERS, ScoredTest, credit_by_behaviour, layer_results, score_tests
+from judging.layers import TEST_LAYERS, credit_by_behaviour, layer_results, score_tests
 from judging.report import read_report
 from judging.reward import compose
 
@@ -67,7 +68,7 @@ class Judgement:
 
 def candidate_of(attempt: Attempt) -> Candidate:
     """The candidate in the attempt's latest turn (a tool episode's: its final workspace)."""
-    if attempt.task.verifier.kind == "repo_io":
+    if kinds.of(attempt.task).attempt == "workspace":
         return from_code(attempt.task, json.dumps({"files": attempt.workspace,
                                                    "refused": attempt.refused}))
     return from_completion(attempt.task, attempt.turns[-1].completion if attempt.turns else "")
@@ -80,7 +81,7 @@ def before_running(task: Task, cand: Candidate, turns: int, weights: RewardConfi
                                 hack=False, weights=weights)
         return Judgement("fail", reward, parts, "model.syntax_error", cand.compile_error,
                          [cand.structure(task), *_empty_layers()])
-    if task.verifier.kind == "structured":
+    if kinds.of(task).attempt == "document":
         return judge_document(task, cand, turns, weights)
     return None
 
@@ -89,7 +90,7 @@ def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult,
                  weights: RewardConfig) -> Judgement:
     """The judgement of an executed attempt: always one, whatever the result holds."""
     try:
-        if task.verifier.kind == rubric.KIND:
+        if kinds.of(task).job == "rubric":
             return from_rubric(rubric.score(task, job, result), rubric.hack_signs(job, result), weights)
         return _judge_executed(task, cand, job, result, turns, weights)
     except Exception as exc:  # noqa: BLE001 - one attempt's judgement never stops the judge

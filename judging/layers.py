@@ -12,27 +12,16 @@ raises. It does NOT attribute causes or compute rewards.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 from bus.messages import LayerResult, Task
 from judging.compare import same_stdout, same_value, show
+from judging.findings import ScoredTest
+from judging import kinds
 from judging.harness import wire
 from judging.jobs import expected_ids
 from judging.report import Report, test_shape_ok
 
 TEST_LAYERS = ("visible", "hidden", "robustness")
-
-
-@dataclass(frozen=True)
-class ScoredTest:
-    id: str
-    layer: str
-    passed: bool | None
-    "None when the test does not count (invalid)."
-    status: str
-    "The harness's status ('ok', 'error', 'timeout', 'exit', 'killed', ...), 'wrong', 'missing' or 'malformed'."
-    detail: str
-    record: dict
 
 
 def score_tests(task: Task, spec: dict, report: Report) -> list[ScoredTest]:
@@ -71,10 +60,10 @@ def _judge_ok(task: Task, rec: dict, expected, against_reference: bool) -> tuple
 
 
 def _compare(task: Task, rec: dict, expected, against_reference: bool) -> tuple[bool, str]:
-    kind = task.verifier.kind
-    if kind == "python_check" and not against_reference:
+    compare = kinds.of(task).compare
+    if compare == "check" and not against_reference:
         return True, ""
-    if kind == "script_io":
+    if compare == "stdout":
         want = rec.get("reference") if against_reference else expected
         mode = task.verifier.extra.get("compare", "text")
         ok = isinstance(want, str) and same_stdout(str(rec.get("stdout", "")), want, mode)
@@ -91,9 +80,9 @@ def _compare(task: Task, rec: dict, expected, against_reference: bool) -> tuple[
 
 def _expected_outputs(task: Task) -> dict[tuple[str, int], object]:
     v = task.verifier
-    if v.kind not in ("python_io", "script_io", "repo_io"):
+    field = kinds.of(task).expected
+    if not field:
         return {}
-    field = "expected_stdout" if v.kind == "script_io" else "expected"
     out = {}
     for layer, text in (("visible", v.visible), ("hidden", v.hidden),
                         ("robustness", v.extra.get("robustness", ""))):

@@ -1,7 +1,7 @@
 """Judge attempts without a bus: through a sandbox backend, concurrently, with quiet re-runs.
 
 Consumes attempts (their tasks inside), a sandbox backend and the `JudgeConfig`; produces
-one `Judged` per attempt, in input order. This is the judge's own code path (`judgement`)
+one `Judged` per attempt, in input order. This is the judge's own code path (`judging.drive`)
 with the executor replaced by a direct call to the backend: `whet judge`, the tests and the
 benchmark use it. An attempt whose judgement is an infrastructure failure is re-run after
 the concurrent pass, one at a time (a quiet slot, where starvation by other jobs cannot
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import anyio
 
 from bus.messages import Attempt, ExecutionResult, Verdict
-from judging.attribution import Cause
 from judging.config import JudgeConfig
-from judging.jobs import TaskError, build_job
-from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result, unjudgeable
+from judging.drive import judge_once
+from judging.judgement import Judgement
 
 
 @dataclass
@@ -35,27 +34,6 @@ class Judged:
 
     def verdict(self, judge: str = "offline") -> Verdict:
         return self.judgement.verdict(self.attempt, judge=judge, retries=self.retries)
-
-
-async def judge_once(attempt: Attempt, backend, config: JudgeConfig) -> tuple[Judgement, ExecutionResult | None]:
-    """Build, run and judge the attempt's latest turn once: one judgement, whatever it holds."""
-    try:
-        cand = candidate_of(attempt)
-        turns = len(attempt.turns)
-        early = before_running(attempt.task, cand, turns, config.reward)
-        if early is not None:
-            return early, None
-        job = build_job(attempt.task, cand, quality=config.reward.quality)
-    except TaskError as exc:
-        return dropped(Cause("infra.bad_task", str(exc)), [], []), None
-    except Exception as exc:  # noqa: BLE001 - one attempt never stops the rest of a file
-        return unjudgeable(len(attempt.turns), config.reward, f"{type(exc).__name__}: {exc}"), None
-    try:
-        result = await backend.run(job)
-    except Exception as exc:  # noqa: BLE001 - as the executor does: a backend bug is the sandbox's failure
-        result = ExecutionResult(status="sandbox_error", sandbox_failed=True,
-                                 sandbox_error=f"backend error: {exc!r}"[:1000])
-    return judge_result(attempt.task, cand, job, result, turns, config.reward), result
 
 
 async def judge_all(attempts: list[Attempt], backend, config: JudgeConfig, *,

@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 
 from bus.messages import Attempt, Task, Turn
-from judging import repo
+from judging import kinds, repo
 from judging.attacks import CAPABILITIES, Attack, applicable, attacks_for, honest_failures
 from judging.config import JudgeConfig
 from judging.impossible import impossible
@@ -129,7 +129,7 @@ def _attempt(task: Task, completion: str, attempt_id: str) -> Attempt:
     turn = Turn(prompt_ids=b"", completion_ids=b"", logprobs=b"", completion=completion, policy_version=0)
     workspace: dict[str, str] = {}
     refused: list[str] = []
-    if task.verifier.kind == "repo_io":
+    if kinds.of(task).attempt == "workspace":
         value = json.loads(completion)
         workspace = repo.files_of(json.dumps(value.get("files", value)))
         refused = [str(p) for p in value.get("refused", [])] if "files" in value else []

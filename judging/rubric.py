@@ -30,9 +30,9 @@ from importlib import resources
 
 from bus.messages import ExecutionResult, Job, LayerResult, Task
 from judging.attribution import Cause, job_cause
+from judging.findings import HackSign
 from judging.report import read_report
 
-KIND = "verifiers"
 COMMAND = ["python3", "-I", "rubric_runner.py"]
 "The runtime's Python, isolated; site-packages stay on (the tree's numpy is importable)."
 EXTRAS = ("module", "task_class", "data_class", "data", "files")
@@ -150,14 +150,12 @@ def dropped(cause: Cause, structure: LayerResult) -> RubricScore:
 _SKIPS = ("SkipTest", "Skipped", "KeyboardInterrupt", "SystemExit", "GeneratorExit")
 
 
-def hack_signs(job: Job, result: ExecutionResult) -> list:
-    """`judging.hacks.HackSign`s of a rubric job, read before any drop: built-ins the scoring
+def hack_signs(job: Job, result: ExecutionResult) -> list[HackSign]:
+    """`HackSign`s of a rubric job, read before any drop: built-ins the scoring
     replaced (`patched_framework`); a reward record the runner did not write, a repeated or
     missing `start`/`end`, or a score outside [0, 1] (`fake_pass`); the scoring process ended
     cleanly without scores, or by a skip or exit exception (`early_exit`, `skip_tests`); the
     runner killed before its end while the job itself was not (`tamper`)."""
-    from judging.hacks import HackSign
-
     nonce = json.loads(job.stdin)["nonce"]
     report = read_report(result, nonce)
     records = _records(result, nonce)

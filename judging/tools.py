@@ -1,12 +1,12 @@
 """The tool protocol of tool episodes: the catalog shown to the model, calls parsed from its
-turns, results trimmed to a budget, and when an episode ends.
+turns, and when an episode ends.
 
 Consumes model completions and the task's episode budgets (`Verifier.extra`: `max_steps`,
-`max_tokens`, `result_chars`); produces `ToolCall`s (or the reason a turn holds none), the
+`max_tokens`); produces `ToolCall`s (or the reason a turn holds none), the
 text of a result message, and the end of an episode. The format is the one chat templates
 use for tools: the assistant writes `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`
-and the result comes back as a message of role `tool`. It runs no tool (the executor's
-`sandbox.session` does).
+and the result comes back as a message of role `tool`. It runs no tool and trims no result
+(the executor's `sandbox.session` does).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import re
 
 from bus.messages import Task, ToolCall, ToolResult
+from judging import kinds
 
 TOOLS: dict[str, tuple[str, str]] = {
     "list_files": ("{}", "list the repository's files"),
@@ -60,26 +61,9 @@ def parse_call(completion: str) -> ToolCall | str:
     return ToolCall(name=body["name"], arguments=arguments)
 
 
-def trim(text: str, budget: int) -> str:
-    """`text` cut to `budget` characters, keeping its head and tail (errors end a test run)."""
-    if len(text) <= budget:
-        return text
-    note = f"\n[... {len(text) - budget} characters trimmed ...]\n"
-    keep = max(budget - len(note), 0)
-    return text[: keep // 3] + note + text[len(text) - (keep - keep // 3):]
-
-
-def budget(task: Task, name: str, default: int) -> int:
-    """One of the task's episode budgets (`verifier.extra`)."""
-    try:
-        return int(task.verifier.extra.get(name, default))
-    except ValueError:
-        return default
-
-
 def is_tool_task(task: Task) -> bool:
     """True for tasks attempted as tool episodes."""
-    return task.verifier.kind == "repo_io"
+    return kinds.of(task).turns == "tools"
 
 
 def episode_over(task: Task, calls: list[ToolCall], tokens: int, sampled: bool = True) -> str:
@@ -89,9 +73,9 @@ def episode_over(task: Task, calls: list[ToolCall], tokens: int, sampled: bool =
         return "submit"
     if not sampled:
         return "context"
-    if len(calls) >= budget(task, "max_steps", 16):
+    if len(calls) >= task.verifier.budget("max_steps", 16):
         return "steps"
-    if tokens >= budget(task, "max_tokens", 4096):
+    if tokens >= task.verifier.budget("max_tokens", 4096):
         return "tokens"
     return ""
 

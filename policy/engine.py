@@ -1,15 +1,10 @@
 """The generation engine interface, and the batching loop the CPU engines share.
 
 Consumes sample requests (a context of token ids, how many samples, how to sample) and
-weight versions; produces `Sample`s stamped with the policy version that made them. Engines:
-
-- `torch`  (policy.torch_engine): transformers, CPU or GPU, batched here;
-- `vllm`   (policy.vllm_engine): vLLM's own continuous batching (GPU, `gpu` extra);
-- `fake`   (policy.fake_engine): uniform logits over a tiny vocabulary, for tests.
-
-`open_engine` picks one from config and imports only what that engine needs. This module
-imports no torch. Weights arrive as safetensors bytes (or None: the model's own version-0
-weights) and are swapped only between batches: a batch never mixes versions.
+weight versions; produces `Sample`s stamped with the policy version that made them. The
+engines implement it (`policy.engines` lists them and opens the configured one); this module
+imports none of them, and no torch. Weights arrive as safetensors bytes (or None: the model's
+own version-0 weights) and are swapped only between batches: a batch never mixes versions.
 """
 
 from __future__ import annotations
@@ -191,20 +186,3 @@ class BatchingEngine(Engine):
 def room_left(context_len: int, max_context: int) -> int:
     """Tokens a completion may still add to a context of `context_len`."""
     return max(0, max_context - context_len)
-
-
-def open_engine(generator_cfg: Any, model_cfg: Any, seed: int) -> Engine:
-    """The engine named by `generator_cfg.engine`, with its version-0 weights loaded."""
-    kind = generator_cfg.engine
-    if kind == "fake":
-        from policy.fake_engine import FakeEngine
-
-        return FakeEngine(generator_cfg, seed)
-    if kind == "torch":
-        from policy.torch_engine import TorchEngine
-
-        return TorchEngine(generator_cfg, model_cfg, seed)
-    from policy.vllm_engine import VllmEngine
-
-    return VllmEngine(generator_cfg, model_cfg, seed)
-

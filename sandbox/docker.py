@@ -34,17 +34,16 @@ import structlog
 from bus.messages import ExecutionResult, Job, Limits
 from sandbox import cgroups, engine, envs
 from sandbox.config import SandboxConfig
+from sandbox.docker_io import DRAIN_S, IO, JobChannels, remove_container
 from sandbox.launch import WORK, job_env
 from sandbox.local import write_job_files
 from sandbox.outcome import Observed, bad_job, finished, nothing_to_run, sandbox_failure, split_shell_code
-from sandbox.pipes import CappedReader, close_quietly
+from sandbox.pipes import CappedReader
 from sandbox.slots import SlotPool
 
 log = structlog.get_logger("sandbox.docker")
-IO = "/.whet"
 WRAPPER = f'exec 3>{IO}/report 2>{IO}/stderr >{IO}/stdout <{IO}/stdin || exit 125; exec "$@"'
 "Opens the channels inside the container, then becomes the job's command."
-DRAIN_S = 2.0
 
 
 _DENIED = (
@@ -98,43 +97,6 @@ def host_config(limits: Limits, binds: list[str], runtime: str, parent: str) -> 
     if parent:
         config["CgroupParent"] = parent
     return config
-
-
-class JobChannels:
-    """Host side of a job's FIFOs: read ends, plus a held write end so EOF waits for us."""
-
-    def __init__(self, io_dir: Path, uid: int, stdin: bytes) -> None:
-        self.fds: list[int] = []
-        for name in ("stdout", "stderr", "report", "status"):
-            path = io_dir / name
-            if not path.exists():
-                os.mkfifo(path, 0o600)
-            os.chown(path, uid, uid)
-            read = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-            # The status FIFO is not held: its EOF must mean "the wrapper is gone".
-            hold = os.open(path, os.O_WRONLY | os.O_NONBLOCK) if name != "status" else -1
-            self.fds += [read, hold]
-        (io_dir / "stdin").write_bytes(stdin)
-        os.chmod(io_dir / "stdin", 0o644)
-
-    @property
-    def read_fds(self) -> list[int]:
-        return list(self.fds[0::2])
-
-    def release(self) -> None:
-        """Drop our write ends: readers see EOF once the container's writers are gone too."""
-        self._close(range(1, len(self.fds), 2))
-
-    def close(self) -> None:
-        self._close(range(len(self.fds)))
-
-    def _close(self, positions) -> None:
-        # Each fd is closed once: a second close could hit a number reused meanwhile
-        # (by the engine client's own socket, for one).
-        for i in positions:
-            if self.fds[i] >= 0:
-                close_quietly(self.fds[i])
-                self.fds[i] = -1
 
 
 class DockerBackend:
@@ -250,7 +212,7 @@ class DockerBackend:
             channels.close()
             if container is not None:
                 with anyio.CancelScope(shield=True):
-                    await _remove(container)
+                    await remove_container(container)
         seen.wall_s = time.monotonic() - started
         return self.conclude(job, seen, readers, cg, code, oom, engine_log)
 
@@ -328,11 +290,3 @@ async def _kill(container) -> None:
     except aiodocker.DockerError as exc:
         if exc.status not in (404, 409):  # already gone, or not running any more
             raise
-
-
-async def _remove(container) -> None:
-    try:
-        await container.delete(force=True)
-    except aiodocker.DockerError as exc:
-        if exc.status != 404:
-            log.warning("sandbox.container_remove_failed", container=container.id[:12], error=str(exc))

@@ -29,7 +29,7 @@ import anyio
 import structlog
 
 from bus.messages import ExecutionResult, Job, Limits
-from sandbox.docker import IO, DRAIN_S, JobChannels, _remove
+from sandbox.docker_io import DRAIN_S, IO, JobChannels, remove_container
 from sandbox.outcome import Observed, sandbox_failure
 
 log = structlog.get_logger("sandbox.docker_pool")
@@ -93,7 +93,7 @@ class WarmPool:
         held = self.containers.pop(index, None)
         if held is not None:
             with anyio.CancelScope(shield=True):
-                await _remove(held[0])
+                await remove_container(held[0])
 
     async def run(self, job: Job, index: int) -> ExecutionResult:
         backend = self.backend

@@ -16,7 +16,6 @@ a clear error instead.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import shutil
@@ -33,25 +32,13 @@ from sandbox.config import SandboxConfig
 from sandbox.launch import BWRAP, HOST_PYTHON, STATUS_FD, Slot, bwrap_args, job_env, spawn_request
 from sandbox.outcome import (Observed, bad_job, finished, nothing_to_run, safe_relative,
                              sandbox_failure, split_shell_code)
-from sandbox.pipes import CappedReader, close_quietly, read_all
+from sandbox.pipes import CappedReader, close_quietly, pipe, read_all
 from sandbox.slots import SlotPool
 from sandbox.spawners import SlotSpawners
 
 log = structlog.get_logger("sandbox.local")
 DRAIN_S = 2.0
 "How long output may keep flowing after the job was killed (writers are dead by then)."
-
-
-def _high_fd(fd: int) -> int:
-    """Move `fd` to 10 or above, so the launcher's `exec 3>&N` can never clobber it."""
-    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
-    os.close(fd)
-    return moved
-
-
-def pipe() -> tuple[int, int]:
-    r, w = os.pipe2(os.O_CLOEXEC)
-    return _high_fd(r), _high_fd(w)
 
 
 async def reap(cg: cgroups.SlotCgroup) -> bool:

@@ -1,4 +1,4 @@
-"""Reading a job's output channels: non-blocking pipe (or FIFO) ends, capped, stoppable.
+"""A job's output channels: made (`pipe`), then read non-blocking, capped, stoppable.
 
 Consumes raw file descriptors (stdout, stderr, the report channel, bwrap's status pipe);
 produces the bytes read, up to a cap, and calls back once when the cap is passed so the
@@ -9,6 +9,7 @@ in their deadline and close what is left with `close_quietly`.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import Callable
 
@@ -16,6 +17,19 @@ import anyio
 from anyio import wait_readable
 
 _CHUNK = 65536
+
+
+def _high_fd(fd: int) -> int:
+    """Move `fd` to 10 or above, so the launcher's `exec 3>&N` can never clobber it."""
+    moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
+    os.close(fd)
+    return moved
+
+
+def pipe() -> tuple[int, int]:
+    """A close-on-exec pipe (read end, write end), both ends at fd 10 or above."""
+    r, w = os.pipe2(os.O_CLOEXEC)
+    return _high_fd(r), _high_fd(w)
 
 
 class CappedReader:

@@ -23,12 +23,20 @@ import re
 import time
 
 from bus.messages import Job, Task, ToolCall, ToolResult
-from judging.tools import budget, trim
 from sandbox.workspace import PathRefused, Workspace, WorkspaceCache
 
 TEST_COMMAND = ["python3", "-B", "-m", "unittest"]
 _RAN = re.compile(r"^Ran (\d+) tests?", re.M)
 _FAILED = re.compile(r"^FAILED \((.*)\)", re.M)
+
+
+def trim(text: str, budget: int) -> str:
+    """`text` cut to `budget` characters, keeping its head and tail (errors end a test run)."""
+    if len(text) <= budget:
+        return text
+    note = f"\n[... {len(text) - budget} characters trimmed ...]\n"
+    keep = max(budget - len(note), 0)
+    return text[: keep // 3] + note + text[len(text) - (keep - keep // 3):]
 
 
 def count_tests(output: str) -> tuple[int, int]:
@@ -86,7 +94,7 @@ class Session:
         self.setup_s = setup_s
         self.results: list[ToolResult] = []
         "Each call's result, in order (a repeated step is answered from here)."
-        self.chars = budget(task, "result_chars", 1500)
+        self.chars = task.verifier.budget("result_chars", 1500)
         self.digest = self.opened = workspace.digest()
         "Content hash of the workspace now, and as opened."
         self.passing = int(workspace.prepared.get("visible_passed", -1))

@@ -30,7 +30,7 @@ from bus.messages import ExecutionResult, Job
 from sandbox import envs
 from sandbox.launch import job_env
 from sandbox.outcome import sandbox_failure, split_shell_code
-from sandbox.pipes import close_quietly
+from sandbox.pipes import close_quietly, pipe
 
 log = structlog.get_logger("sandbox.zygote")
 SERVER = Path(__file__).with_name("zygote_server.py")
@@ -174,8 +174,6 @@ class WarmPython:
             channel.close()
             return sandbox_failure(backend.name, f"cgroup set-up of slot {index}: {exc}")
         self._write_request(job, index)
-        from sandbox.local import pipe
-
         (out_r, out_w), (err_r, err_w), (rep_r, rep_w) = (pipe() for _ in range(3))
         with open(backend.root / f"slot{index}.stdin", "wb+") as stdin:
             stdin.write(job.stdin)

@@ -7,12 +7,13 @@ import json
 import pytest
 
 from bus.errors import ConfigError
-from bus.messages import ExecutionResult, LayerResult
+from bus.messages import ExecutionResult, LayerResult, Verifier
+from judging import kinds
 from judging.attribution import job_cause, cause_of_test, timeout_cause
 from judging.compare import same_stdout, same_value
 from judging.config import RewardConfig
+from judging.findings import ScoredTest
 from judging.harness import checks, wire
-from judging.layers import ScoredTest
 from judging.report import Report, read_report
 from judging.reward import compose
 from runtime.config import load
@@ -201,3 +202,10 @@ def test_a_report_without_the_jobs_nonce_is_not_the_harness():
     tagged = "\x1ewhet-report:abc " + '{"k": "start", "nonce": "abc"}'
     fallback = read_report(ExecutionResult(status="ok", stderr="noise\n" + tagged), "abc")
     assert fallback.started and fallback.nonce_ok
+
+
+def test_the_verifier_doc_describes_every_registered_kind():
+    """Verifier's docstring describes each kind the registry holds, and no other."""
+    described = {line.split("`")[1] for line in Verifier.__doc__.splitlines()
+                 if line.strip().startswith("- `")}
+    assert described == set(kinds.NAMES)

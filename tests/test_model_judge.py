@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 
 from bus.errors import ConfigError
-from judging import model_judge as mj
-from judging import review_log
+from monitoring import model_judge as mj
+from monitoring import review_log
 from judging.config import ModelJudgeConfig
 from runtime import config as config_mod
 from tests.review_support import RUN_TRIALS, shown, stopped_run, whet

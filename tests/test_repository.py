@@ -17,10 +17,10 @@ from envs.gates import gate_task
 from envs.repository import ENVIRONMENT
 from judging import repo
 from judging.episode import judge_episode, run_episode, scripted, tool_text
-from judging.tools import parse_call, trim
+from judging.tools import parse_call
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from sandbox.session import open_session, count_tests
+from sandbox.session import count_tests, open_session, trim
 from sandbox.workspace import WorkspaceCache
 
 from tests.sandbox_fixtures import built_envs  # noqa: F401

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from judging import review, review_log
+from monitoring import review, review_log
 from runtime.broker.embedded import EmbeddedServer
 from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
 

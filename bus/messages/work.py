@@ -39,12 +39,16 @@ class Verifier(Part):
       is scored in the sandbox by the task's `@vf.reward` methods (`judging.rubric`).
       `extra` holds `module`, `task_class`, `data_class`, `data` (the task data, JSON) and
       `files` (the module's source files, JSON); there is no reference.
+    - `repo_io`: a tool episode on a repository (`Task.files`); the final workspace is judged.
+      Case lists as in python_io, each case's `args[0]` the `'module:function'` called;
+      `reference` is the workspace that passes (JSON {path: text}).
 
     `reference`, where a kind has one, is a correct attempt (the solvability gate runs it).
     """
 
     kind: str
-    "Which judge procedure reads this record, e.g. 'python_tests', 'io_diff', 'schema'."
+    """Which kind of verifier this is: python_io, python_check, script_io, structured,
+    verifiers or repo_io (each one module of `judging.kinds`; the gates reject any other)."""
     visible: str = ""
     "Tests shown to the model (source or JSON, as `kind` defines)."
     hidden: str = ""
@@ -53,6 +57,14 @@ class Verifier(Part):
     "Reference solution or reference outputs."
     extra: dict[str, str] = {}
     "Environment-specific verifier data (schemas, input generators, edge cases)."
+
+    def budget(self, name: str, default: int) -> int:
+        """One of a tool episode's budgets in `extra` (`max_steps`, `max_tokens`,
+        `result_chars`); `default` when absent or not a whole number."""
+        try:
+            return int(self.extra.get(name, default))
+        except ValueError:
+            return default
 
 
 class Limits(Part):

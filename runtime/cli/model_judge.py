@@ -5,7 +5,7 @@ Consumes a run's trials, its review folder (people's labels, earlier opinions) a
 `suspect` or an abstention is queued for `whet review`; an outage is recorded as absent and
 asked again next time) and, for `--calibrate`, the agreement per threshold on the labelled
 passing trials and `<run>/review/model_judge_threshold.json`. Wiring only: the rules are in
-`judging.model_judge`. It never changes a verdict or a reward.
+`monitoring.model_judge`. It never changes a verdict or a reward.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import typer
 
 from bus.errors import WhetError
 from bus.messages import Trial
-from judging import model_judge as mj
-from judging import review, review_log
+from monitoring import model_judge as mj
+from monitoring import review, review_log
 from judging.config import ModelJudgeConfig
 
 

@@ -4,7 +4,7 @@ Consumes the run's `Trial` records (the trials stream: from the live server, or,
 whose stack has stopped, from its own store through a short-lived embedded server), labels
 typed on stdin (one answer per line, so a script can pipe them) or a `--label-file`, and
 `[judge.model_judge]` (the run's config, or `--config`); produces labels and opinions in
-`<run>/review/` (`judging.review_log`), the agreement table, and the calibrated threshold.
+`<run>/review/` (`monitoring.review_log`), the agreement table, and the calibrated threshold.
 It writes nothing to the bus and never changes a verdict or a reward.
 (No `from __future__ import annotations`: typer reads the option types at definition.)
 """
@@ -23,8 +23,8 @@ import typer
 from bus import subjects
 from bus.errors import WhetError
 from bus.messages import Trial
-from judging import model_judge as mj
-from judging import review, review_log
+from monitoring import model_judge as mj
+from monitoring import review, review_log
 from judging.config import ModelJudgeConfig
 from runtime import config as config_mod
 from runtime.broker.cluster import EmbeddedCluster, stored_nodes

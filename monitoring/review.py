@@ -3,7 +3,7 @@
 Consumes trial records (`Trial`) and people's `Label`s; produces the stratum of a trial, a
 stratified sample of the trials nobody has labelled yet, and the agreement table per stratum
 with 95% Wilson intervals (`envs.stats.wilson_interval`). Strata: `pass`, `hack` (flagged
-hacks), and each failure cause (`model.*`, `infra.*`). It does no I/O (`judging.review_log`
+hacks), and each failure cause (`model.*`, `infra.*`). It does no I/O (`monitoring.review_log`
 keeps the labels; `runtime.cli.review` asks people) and judges nothing itself.
 """
 

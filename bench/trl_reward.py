@@ -1,4 +1,4 @@
-"""whetstone's judge as a TRL reward function (for the side-by-side bench, `bench/vs_trl.py`).
+"""whetstone's judge as a TRL reward function (for the side-by-side bench beside it, `bench/vs_trl.py`).
 
 Consumes what TRL's `GRPOTrainer` hands a reward function: the prompts, the completions
 (text, or one assistant message each for conversational data) and the dataset's columns,
@@ -29,6 +29,7 @@ from anyio.from_thread import start_blocking_portal
 from bus.messages import Attempt, Task, Turn
 from judging.config import JudgeConfig
 from judging.offline import Judged, judge_all
+from sandbox import open_backend
 
 TASK_COLUMN = "task_json"
 "The dataset column that carries each row's task."
@@ -57,8 +58,6 @@ class JudgeReward:
     __name__ = "whetstone_judge"  # TRL names a reward function's metrics after it
 
     def __init__(self, judge: JudgeConfig, sandbox: Any, *, concurrency: int = 4) -> None:
-        from sandbox import open_backend
-
         self.judge, self.concurrency = judge, concurrency
         self._exit = contextlib.ExitStack()
         self._portal = self._exit.enter_context(start_blocking_portal())

@@ -33,7 +33,7 @@ from bus.messages import Trial
 from envs.stats import wilson_interval
 from judging.attribution import Cause
 from judging.config import ModelJudgeConfig
-from judging.review import Label
+from monitoring.review import Label
 
 OUTAGE = "infra.model_judge"
 "The cause of an opinion the model could not give."

@@ -1,0 +1,60 @@
+"""Judging one attempt, start to end: build its job, run it on a backend, judge the result.
+
+Consumes an `Attempt`, the `JudgeConfig` and (for `judge_once`) a sandbox backend; produces
+a `Judgement` for the attempt's latest turn, whatever it or its result holds. The judge actor
+uses `prepare` and `judge_run` around the executor; `judge_once` chains them over a backend
+called directly (`judging.offline`, and through it `whet judge`, the red team and the
+benches). A backend that raises gives a sandbox failure, as the executor reports one. It
+does NOT retry (the actor and `judging.offline` do) or publish anything.
+"""
+
+from __future__ import annotations
+
+from bus.messages import Attempt, ExecutionResult, Job
+from judging.attribution import Cause
+from judging.config import JudgeConfig
+from judging.jobs import TaskError, build_job
+from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result, unjudgeable
+
+
+def prepare(attempt: Attempt, config: JudgeConfig, turns: int) -> Judgement | Job:
+    """The job that checks the attempt's latest turn, or its judgement when nothing needs to
+    run (structured, does not compile, a malformed task, an attempt that cannot be read)."""
+    try:
+        cand = candidate_of(attempt)
+        early = before_running(attempt.task, cand, turns, config.reward)
+        if early is not None:
+            return early
+        return build_job(attempt.task, cand, quality=config.reward.quality)
+    except TaskError as exc:
+        return dropped(Cause("infra.bad_task", str(exc)), [], [])
+    except Exception as exc:  # noqa: BLE001 - a judgement, never an exception, for one attempt
+        return unjudgeable(turns, config.reward, f"{type(exc).__name__}: {exc}")
+
+
+async def run_job(backend, job: Job) -> ExecutionResult:
+    """The backend's result of `job`; a backend that raises is the sandbox's failure."""
+    try:
+        return await backend.run(job)
+    except Exception as exc:  # noqa: BLE001 - as the executor does: a backend bug is the sandbox's failure
+        return ExecutionResult(status="sandbox_error", sandbox_failed=True,
+                               sandbox_error=f"backend error: {exc!r}"[:1000])
+
+
+def judge_run(attempt: Attempt, job: Job, result: ExecutionResult, turns: int,
+              config: JudgeConfig) -> Judgement:
+    """The judgement of the attempt's job and what running it produced: always one."""
+    try:
+        return judge_result(attempt.task, candidate_of(attempt), job, result, turns, config.reward)
+    except Exception as exc:  # noqa: BLE001 - a judgement, never an exception, for one attempt
+        return unjudgeable(turns, config.reward, f"{type(exc).__name__}: {exc}")
+
+
+async def judge_once(attempt: Attempt, backend, config: JudgeConfig) -> tuple[Judgement, ExecutionResult | None]:
+    """Build, run and judge the attempt's latest turn once; the result is None when nothing ran."""
+    turns = len(attempt.turns)
+    prepared = prepare(attempt, config, turns)
+    if not isinstance(prepared, Job):
+        return prepared, None
+    result = await run_job(backend, prepared)
+    return judge_run(attempt, prepared, result, turns, config), result

@@ -1,0 +1,9 @@
+"""`python_check`: HumanEval style; the attempt continues the prompt and the task's `check` asserts."""
+
+from judging.kinds.base import Kind
+
+KIND = Kind(
+    "python_check", attempt="program", entry_point=True, prefix=True, needs_hidden=True,
+    mutants="prefixed", job="harness", mode="check", measured=True, compare="check",
+    visible_inputs="checks", shape="function",
+)
