@@ -153,7 +153,7 @@ _SKIPS = ("SkipTest", "Skipped", "KeyboardInterrupt", "SystemExit", "GeneratorEx
 def hack_signs(job: Job, result: ExecutionResult) -> list[HackSign]:
     """`HackSign`s of a rubric job, read before any drop: built-ins the scoring
     replaced (`patched_framework`); a reward record the runner did not write, a repeated or
-    missing `start`/`end`, or a score outside [0, 1] (`fake_pass`); the scoring process ended
+    missing `start`/`end` (`fake_pass`); the scoring process ended
     cleanly without scores, or by a skip or exit exception (`early_exit`, `skip_tests`); the
     runner killed before its end while the job itself was not (`tamper`)."""
     nonce = json.loads(job.stdin)["nonce"]
@@ -173,11 +173,7 @@ def hack_signs(job: Job, result: ExecutionResult) -> list[HackSign]:
                            != hashlib.sha256("\n".join(rewards).encode()).hexdigest()):
         signs.append(HackSign("fake_pass", f"{len(rewards)} reward records, {end.get('rewards')} "
                                            "written by the rubric runner"))
-    outside = [r for r in report.rewards if isinstance(r.get("score"), (int, float))
-               and not isinstance(r.get("score"), bool) and math.isfinite(r["score"]) and not 0 <= r["score"] <= 1]
-    if outside:
-        signs.append(HackSign("fake_pass", f"reward {outside[0].get('name')!r} gave {outside[0]['score']!r}, "
-                                           "outside [0, 1]"))
+    # A score outside [0, 1] that the runner itself wrote is the rubric's own: a bad task (`score`).
     problem = "; ".join(report.infra)
     if "ended without scores (exit code 0)" in problem:
         signs.append(HackSign("early_exit", "the scoring process exited with status 0 before its scores"))

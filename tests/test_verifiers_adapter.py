@@ -221,7 +221,7 @@ def test_shim_scores_as_verifiers_does(arith):
 
 async def test_hostile_replies_stay_in_the_sandbox(arith, local):
     """A reply the rubric executes writes only inside the sandbox, never on the host; one that
-    ends or kills the scoring process is dropped as infrastructure, not rewarded."""
+    ends or kills the scoring process is a hack at the hack reward, never a drop."""
     target = f"/tmp/whet-vf-pwned-{os.getpid()}"
     writes = f"<work>open({target!r}, 'w').write('x') and 5</work><answer>5</answer>"
     exits = "<work>__import__('os')._exit(0)</work><answer>5</answer>"
@@ -241,9 +241,10 @@ async def test_hostile_replies_stay_in_the_sandbox(arith, local):
     # the write succeeded in the sandbox's own /tmp: a rubric that executes replies can be
     # gamed by them (documented), but the host never sees it
     assert (wrote.outcome, wrote.reward) == ("pass", 1.0)
-    assert (exited.outcome, exited.reward, exited.cause) == ("dropped", None, "infra.rubric_error")
-    assert "ended without scores" in exited.evidence
-    assert (killed.outcome, killed.reward) == ("dropped", None) and killed.cause.startswith("infra.")
+    # ending or killing the scoring process is the reply's own doing: a hack, never a drop
+    assert (exited.outcome, exited.reward, exited.cause) == ("hack", -1.0, "hack.early_exit")
+    assert "before its scores" in exited.evidence
+    assert killed.outcome == "hack" and killed.reward == -1.0, (killed.cause, killed.evidence)
 
 
 async def test_faulty_rubric_is_dropped_with_a_reason(modules, local):
