@@ -8,7 +8,8 @@ the same sandbox backend. The baseline is checked out into a temporary git workt
 side runs in a child process from its own checkout, alternating order by round (the machine
 is shared and noisy: the ratios are the result). Target (issue 20): at most 1.2x.
 
-    python bench/judge_cost.py --baseline 3800652 [--rounds 2] [--backend local] [--out FILE]
+    python bench/judge_cost.py --baseline 3800652 [--env humaneval] [--tasks 164] [--rounds 2]
+        [--backend local] [--out FILE]
 
 It does NOT change either checkout.
 """
@@ -38,7 +39,11 @@ from sandbox import open_backend
 from sandbox.config import SandboxConfig
 
 args = json.loads(sys.argv[1])
-tasks = import_file().tasks[: args["tasks"]]
+if args["env"] == "humaneval":
+    tasks = import_file().tasks[: args["tasks"]]
+else:
+    from envs.registry import first_tasks
+    tasks = [t for t in first_tasks([args["env"]], args["tasks"])[args["env"]] if t.verifier.reference]
 def attempt(t):
     turn = Turn(prompt_ids=b"", completion_ids=b"", logprobs=b"", completion=t.verifier.reference,
                 policy_version=0)
@@ -74,7 +79,8 @@ def checkout(ref: str, where: Path) -> Path:
 def side(folder: Path, args: argparse.Namespace) -> dict:
     """One judging pass from `folder`'s code, in a child process of its own."""
     env = {**os.environ, "PYTHONPATH": str(folder), "PYTHONDONTWRITEBYTECODE": "1"}
-    spec = json.dumps({"tasks": args.tasks, "backend": args.backend, "concurrency": args.concurrency})
+    spec = json.dumps({"tasks": args.tasks, "backend": args.backend, "concurrency": args.concurrency,
+                       "env": args.env})
     done = subprocess.run([sys.executable, "-c", CHILD, spec], cwd=folder, env=env,
                           capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -96,6 +102,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--tasks", type=int, default=164)
     parser.add_argument("--backend", default="local")
+    parser.add_argument("--env", default="humaneval", help="humaneval, or a shipped environment's name")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/judge_cost.json")
     args = parser.parse_args()
@@ -113,7 +120,8 @@ def main() -> int:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], check=False)
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                           text=True).stdout.strip()
-    result = {"baseline": args.baseline, "current": head, "backend": args.backend, "rounds": args.rounds,
+    result = {"baseline": args.baseline, "current": head, "backend": args.backend, "env": args.env,
+              "rounds": args.rounds,
               "when": time.strftime("%Y-%m-%d %H:%M"), **{k: summary(v) for k, v in runs.items()}}
     result["cpu_ratio"] = result["current"]["cpu_s_per_verdict"] / result["baseline"]["cpu_s_per_verdict"]
     result["wall_ratio"] = result["current"]["wall_s_per_verdict"] / result["baseline"]["wall_s_per_verdict"]
