@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from envs.humaneval import wheel_path
-from tests.judging_support import io_task
+from tests.support.judging import io_task
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ every admitted attempt has one verdict and one fate, none trained twice.
 
 For each kill it records how long no work completed: from the kill to the next verdict
 stored. CI kills 3 times (about a minute and a half here); `CLUSTER_KILLS=6` (as
-`bench/cluster_chaos.py` runs it) kills more, and `CHAOS_SEED` varies pauses and order.
+`bench/chaos/cluster_chaos.py` runs it) kills more, and `CHAOS_SEED` varies pauses and order.
 """
 
 from __future__ import annotations

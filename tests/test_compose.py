@@ -21,7 +21,7 @@ import time
 import anyio
 import pytest
 
-from tests import compose_support as cs
+from bench.compose import project as cs
 
 pytestmark = pytest.mark.timeout(900)
 SERVICES = ["nats", "sampler", "generator", "judge", "executor", "learner", "evaluator", "monitor"]

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests import compose_support as cs
+from bench.compose import project as cs
 from tests.test_compose import _assert_once_and_passed
 
 pytestmark = pytest.mark.timeout(600)

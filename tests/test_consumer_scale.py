@@ -1,7 +1,7 @@
 """Many instances on one durable consumer: their pull requests all wait, and a refused pull
 request is not asked again at once.
 
-At 1,000 simulated actors (bench/scale.py) the server's default of 512 waiting pull requests
+At 1,000 simulated actors (bench/scale/scale.py) the server's default of 512 waiting pull requests
 per durable refused the 513th instance's requests (409 Exceeded MaxWaiting).
 """
 

@@ -18,7 +18,7 @@ from judging.config import JudgeConfig
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import SandboxConfig
 from tests.conftest import handled
-from tests.judging_support import attempt, backend, humaneval, io_task  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task  # noqa: F401
 from tests.test_judge_kinds import PROFILE
 
 

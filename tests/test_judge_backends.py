@@ -11,7 +11,7 @@ import pytest
 from bus.messages import Limits
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, humaneval, judge
+from tests.support.judging import attempt, humaneval, judge
 from tests.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
 
 CASES = {

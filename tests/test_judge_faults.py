@@ -23,7 +23,7 @@ from bus.messages import Job, Limits
 from judging.config import JudgeConfig
 from sandbox.config import SandboxConfig
 from sandbox.plain import PlainBackend
-from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
 SLOW_LOAD = io_task(visible=[([[1, 2]], 3)], hidden=[([[5]], 5)], reference="def f(xs):\n    return sum(xs)\n",
                     random_cases=0, timeout_s=10)

@@ -9,7 +9,7 @@ import msgspec
 
 from bus.messages import Limits
 from envs.humaneval import import_file, wheel_path
-from tests.judging_support import attempt, backend, humaneval, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, judge  # noqa: F401
 
 OFF_BY_ONE = {
     "HumanEval/15": "    return ' '.join([str(x) for x in range(n)])\n",

@@ -16,7 +16,7 @@ import pytest
 
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, io_task, judge
+from tests.support.judging import attempt, io_task, judge
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
 SUM = io_task(visible=[([[1, 2, 3]], 6), ([[4, 5]], 9)],

@@ -10,7 +10,7 @@ import pytest
 from bus.messages import Limits, Task, Verifier
 from judging.extract import from_completion
 from judging.jobs import build_job
-from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
 SECRET = 987654321
 

@@ -10,7 +10,7 @@ from judging.reward import QUALITY_COMPONENTS
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox import open_backend
 from sandbox.config import ExecutorConfig, SandboxConfig
-from tests.judging_support import attempt, humaneval, io_task, judge
+from tests.support.judging import attempt, humaneval, io_task, judge
 from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
 from tests.test_judge_actor import actors, all_handled, publish, verdicts
 

@@ -20,7 +20,7 @@ from judging.impossible import contradict, impossible
 from judging.redteam import CapabilityScore, Trial
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, io_task, judge
+from tests.support.judging import attempt, io_task, judge
 from tests.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent

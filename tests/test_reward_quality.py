@@ -121,7 +121,7 @@ def test_measuring_quality_grows_the_jobs_limits_but_not_the_tests_budgets():
 
     from judging.extract import from_completion
     from judging.jobs import build_job
-    from tests.judging_support import io_task
+    from tests.support.judging import io_task
 
     task = io_task([([[1]], 1)], [([[2]], 2)], "def f(xs):\n    return sum(xs)\n")
     cand = from_completion(task, "def f(xs):\n    return sum(xs)\n")

@@ -24,7 +24,7 @@ from envs.registry import entry_tasks
 from judging.config import JudgeConfig
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, judge
+from tests.support.judging import attempt, judge
 from tests.sandbox_fixtures import built_envs  # noqa: F401 - fixture
 
 ARITH = '''
