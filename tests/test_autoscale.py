@@ -64,7 +64,7 @@ def test_backlog_adds_undelivered_and_unacked_and_counts_a_missing_consumer_whol
 def test_bad_autoscale_config_is_named(tmp_path):
     """min above max, a kind without a queue and an unknown kind are config errors."""
     cases = {'[autoscale.kinds.executor]\nmin = 5\nmax = 2\n': "min (5) is above max (2)",
-             '[actors.target]\nprobe = "tests.probe_actor:run"\n[autoscale.kinds.probe]\n':
+             '[actors.target]\nprobe = "tests.support.probe_actor:run"\n[autoscale.kinds.probe]\n':
                  "no default queue",
              '[autoscale.kinds.nosuch]\nconsumers = ["WHET_EXEC/executor"]\n': "autoscale.kinds.nosuch"}
     for text, expected in cases.items():

@@ -195,7 +195,7 @@ def test_a_killed_meta_leader_is_replaced_and_rejoins(nats_cluster):
 async def test_review_reads_a_stopped_cluster_runs_stores(tmp_path):
     """`whet review` of a stopped run whose local cluster kept three replicas starts the
     three nodes on their stores for the read, and shows that run's trials."""
-    from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
+    from tests.support.review import RUN_TRIALS, shown, stopped_run, whet
 
     run = await stopped_run(tmp_path / "runs", RUN_TRIALS, nodes=3)
     out = whet(run, "review", "--per-stratum", "1", stdin="q\n")

@@ -14,7 +14,7 @@ import pytest
 
 from envs.humaneval import wheel_path
 from tests.support.judging import io_task
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from actors import learner
 from bus import subjects
 from bus.consumer import consume
 from policy.ranks import RankGroup
-from tests.chaos_support import repeated
+from tests.support.chaos import repeated
 from tests.conftest import bus_settings, patiently
 from tests.test_bus import ASSIGNMENT, assignment
 from tests.test_learner import second_bus, tiny_run_config

@@ -16,7 +16,7 @@ from bus.codec import decode
 from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, Heartbeat, Job, Limits, Task,
                           Verifier)
 from tests.conftest import backlog, until
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 # make_stack sets [bus] ack_wait_s = 3 s, so a killed executor's work comes back quickly.
 STACK = """

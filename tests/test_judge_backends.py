@@ -12,7 +12,7 @@ from bus.messages import Limits
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.support.judging import attempt, humaneval, judge
-from tests.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
 
 CASES = {
     "canonical": (None, "pass", ""),

@@ -17,7 +17,7 @@ import pytest
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.support.judging import attempt, io_task, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 SUM = io_task(visible=[([[1, 2, 3]], 6), ([[4, 5]], 9)],
               hidden=[([[10, 20]], 30), ([[7]], 7), ([[2, 2, 2, 2]], 8)],

@@ -11,7 +11,7 @@ from runtime.config import RunConfig, SupervisorConfig
 from sandbox import open_backend
 from sandbox.config import ExecutorConfig, SandboxConfig
 from tests.support.judging import attempt, humaneval, io_task, judge
-from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
 from tests.test_judge_actor import actors, all_handled, publish, verdicts
 
 QUALITY = JudgeConfig(reward=RewardConfig(tests=0.82, format=0.08,

@@ -17,7 +17,7 @@ from monitoring import model_judge as mj
 from monitoring import review_log
 from judging.config import ModelJudgeConfig
 from runtime import config as config_mod
-from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
+from tests.support.review import RUN_TRIALS, shown, stopped_run, whet
 
 
 class FakeModel:

@@ -153,7 +153,7 @@ def test_plots_exist_from_the_first_progress_row(tmp_path):
 async def test_a_stack_shows_its_live_line_from_the_start(make_stack, tmp_path):
     """Off a terminal the live line is a plain line, there before any work is done."""
     stack = make_stack("[actors.count]\nprobe = 1\n[actors.target]\n"
-                       'probe = "tests.probe_actor:run"\n')
+                       'probe = "tests.support.probe_actor:run"\n')
     stack.start()
     with anyio.fail_after(30):
         while not any(line.split("  ", 1)[-1].startswith(("starting: 0/1", "running"))

@@ -21,7 +21,7 @@ from judging.redteam import CapabilityScore, Trial
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.support.judging import attempt, io_task, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -33,7 +33,7 @@ from judging.episode import judge_episode, run_episode, scripted, tool_text
 from judging.tools import result_message
 from runtime.config import RunConfig, TrainingConfig
 from sandbox.session import open_session
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_repository import _tasks, local  # noqa: F401
 from tests.test_sampler_bus import Generator, _run_sampler, idle, settles_at  # noqa: F401
 

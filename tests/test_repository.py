@@ -23,7 +23,7 @@ from sandbox.config import SandboxConfig
 from sandbox.session import count_tests, open_session, trim
 from sandbox.workspace import WorkspaceCache
 
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 
 def _tasks(count: int = 3) -> list[Task]:

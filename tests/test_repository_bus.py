@@ -25,7 +25,7 @@ from judging.episode import tool_text
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import ExecutorConfig, SandboxConfig
 from sandbox.workspace import digest_of
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ import pytest
 
 from monitoring import review, review_log
 from runtime.broker.embedded import EmbeddedServer
-from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
+from tests.support.review import RUN_TRIALS, shown, stopped_run, whet
 
 
 def label(t, reward_right=True, cause_right=True, hack=False, at=0.0) -> review.Label:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from bus.messages import Job, Limits
-from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
 
 LANDLOCK = r'''
 import ctypes, os

@@ -15,7 +15,7 @@ from bus.messages import Job, Limits
 from sandbox import envs
 from sandbox.launch import Slot, bwrap_args, job_env, spawn_request
 from sandbox.outcome import Observed, safe_relative, split_shell_code, status_of
-from tests.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -19,7 +19,7 @@ from policy.groups import GroupBuffer
 from policy.objective import clipped_surrogate
 from sandbox.session import open_session
 from sandbox.workspace import digest_of
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_batch import turn
 from tests.test_generator import make_task
 from tests.test_repository import _fix_script, _tasks, local  # noqa: F401

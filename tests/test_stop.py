@@ -31,7 +31,7 @@ runs_dir = "{runs}"
 [actors.count]
 probe = 2
 [actors.target]
-probe = "tests.probe_actor:run"
+probe = "tests.support.probe_actor:run"
 [supervisor]
 heartbeat_s = 0.5
 drain_s = 3

@@ -63,7 +63,7 @@ async def test_a_kind_that_never_gets_ready_stops_the_stack_with_its_cause(make_
 
 async def test_crashes_before_readiness_under_the_limit_do_not_stop_the_stack(bus, make_stack):
     """A kind that crashes twice before it is ready, then gets ready, keeps the stack up."""
-    stack = make_stack(with_kind(PROBE.format(n=1), "flaky", "tests.flaky_actor:run"))
+    stack = make_stack(with_kind(PROBE.format(n=1), "flaky", "tests.support.flaky_actor:run"))
     stack.start()
 
     async def flaky_ready():

@@ -14,7 +14,7 @@ from judging.offline import judge_all
 from bench.vs_trl.trl_reward import JudgeReward, task_column
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 SANDBOX = SandboxConfig(backend="local", warm_python=True)
 

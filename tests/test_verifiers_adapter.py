@@ -25,7 +25,7 @@ from judging.config import JudgeConfig
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.support.judging import attempt, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401 - fixture
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401 - fixture
 
 ARITH = '''
 """Add two numbers; answer in <answer> tags, show the sum in <work> tags."""

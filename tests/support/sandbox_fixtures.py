@@ -3,7 +3,7 @@
 The environment trees are built once per machine (`python -m sandbox.envbuild`; `make test`
 does it before the tests, through deploy/setup.py). The docker engine is the private dockerd that `sandbox.engine`
 starts when nothing answers; a test skips only if that engine truly cannot start here, and
-says why. Import the fixtures into a test module with `from tests.sandbox_fixtures import *`.
+says why. Import the fixtures into a test module with `from tests.support.sandbox_fixtures import *`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from sandbox import envbuild, envs, open_backend
 from sandbox.config import SandboxConfig
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BACKENDS = {
     "local-bwrap": SandboxConfig(backend="local", prefork=False, warm_python=False),
     "local": SandboxConfig(backend="local", warm_python=False),
