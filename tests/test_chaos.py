@@ -25,6 +25,7 @@ import time
 from collections import Counter
 
 import anyio
+import pytest
 
 from bus import subjects
 from bus.messages import SamplerState, Verdict
@@ -33,6 +34,8 @@ from runtime.cli.stack_status import StackStatus, gather
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
                                  repeated)
 from tests.conftest import patiently
+
+pytestmark = pytest.mark.stack
 
 GROUP = 4
 KINDS = ("sampler", "generator", "judge", "executor", "learner")

@@ -34,6 +34,8 @@ from tests.conftest import Stack, bus_settings, patiently
 from tests.test_chaos import (CONFIG, SEED, Chaos, drain_and_stop, healthy, reconcile,
                               verdict_count)
 
+pytestmark = pytest.mark.stack
+
 KILLS = int(os.environ.get("CLUSTER_KILLS", "3"))
 TARGETS = ("meta", subjects.STREAM_VERDICTS, subjects.STREAM_TASKS, subjects.STREAM_EXEC,
            subjects.kv_stream(subjects.BUCKET_ACTORS), subjects.STREAM_ATTEMPTS)

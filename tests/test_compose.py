@@ -23,7 +23,7 @@ import pytest
 
 from bench.compose import project as cs
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 SERVICES = ["nats", "sampler", "generator", "judge", "executor", "learner", "evaluator", "monitor"]
 
 

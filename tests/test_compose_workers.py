@@ -22,7 +22,7 @@ import pytest
 from bench.compose import project as cs
 from tests.test_compose import _assert_once_and_passed
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 WORKERS = ["executor", "judge"]
 
 

@@ -11,6 +11,7 @@ import json
 from functools import partial
 
 import anyio
+import pytest
 from nats.js import api
 from structlog.testing import capture_logs
 
@@ -18,6 +19,8 @@ from bus import subjects
 from bus.consumer import REFUSED_PAUSE_S, consume
 from bus.messages import ScaleTarget
 from tests.conftest import until
+
+pytestmark = pytest.mark.bus
 
 SPEC = subjects.CONSUMER_TASKS
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import anyio
 import msgspec
+import pytest
 import structlog.testing
 
 from actors import learner
@@ -22,6 +23,8 @@ from tests.conftest import bus_settings, patiently
 from tests.test_bus import ASSIGNMENT, assignment
 from tests.test_learner import second_bus, tiny_run_config
 from tests.test_learner_crash import synthetic_verdicts
+
+pytestmark = pytest.mark.bus
 
 ACK_WAIT_S = bus_settings("").ack_wait_s
 

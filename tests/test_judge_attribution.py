@@ -18,6 +18,8 @@ from judging.jobs import build_job, shipped_digest
 from judging.judgement import Judgement, judge_result
 from tests.support.judging import io_task
 
+pytestmark = pytest.mark.unit
+
 NONCE = "n0nce"
 TASK = io_task(visible=[([1], 1)], hidden=[([2], 2), ([3], 3)], reference="def f(x):\n    return x\n",
                random_cases=2)

@@ -14,6 +14,8 @@ from sandbox.config import SandboxConfig
 from tests.support.judging import attempt, humaneval, judge
 from tests.support.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
 
+pytestmark = pytest.mark.bus
+
 CASES = {
     "canonical": (None, "pass", ""),
     "wrong": ("    return -1\n", "fail", "model.wrong_answer"),

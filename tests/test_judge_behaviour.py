@@ -23,6 +23,8 @@ from judging.extract import from_completion
 from judging.judgement import judge_result
 from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
+pytestmark = pytest.mark.bus
+
 HONEST_FAILURE = 0.1
 "What an attempt that passes no test scores (the format bonus alone)."
 

@@ -19,6 +19,8 @@ from sandbox.config import SandboxConfig
 from tests.support.judging import attempt, io_task, judge
 from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
+pytestmark = pytest.mark.bus
+
 SUM = io_task(visible=[([[1, 2, 3]], 6), ([[4, 5]], 9)],
               hidden=[([[10, 20]], 30), ([[7]], 7), ([[2, 2, 2, 2]], 8)],
               reference="def f(xs):\n    return sum(xs)\n")

@@ -12,6 +12,8 @@ from judging.extract import from_completion
 from judging.jobs import build_job
 from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
+pytestmark = pytest.mark.bus
+
 SECRET = 987654321
 
 MEDIAN = io_task(

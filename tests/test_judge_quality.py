@@ -14,6 +14,8 @@ from tests.support.judging import attempt, humaneval, io_task, judge
 from tests.support.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
 from tests.test_judge_actor import actors, all_handled, publish, verdicts
 
+pytestmark = pytest.mark.bus
+
 QUALITY = JudgeConfig(reward=RewardConfig(tests=0.82, format=0.08,
                                           quality=QualityConfig(lint=0.04, types=0.03, runtime=0.03)))
 SUM = io_task(visible=[([[1, 2]], 3)], hidden=[([[4, 5, 6]], 15), ([list(range(50))], 1225), ([[]], 0)],

@@ -19,6 +19,8 @@ from judging.reward import compose
 from runtime.config import load
 from tests.support.judging import humaneval, io_task
 
+pytestmark = pytest.mark.unit
+
 
 def test_wire_round_trips_every_safe_type():
     """Values of the safe built-in types come back equal and with the same types."""

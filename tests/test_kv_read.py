@@ -20,6 +20,8 @@ from runtime.config import RunConfig
 from runtime.connect import topology
 from tests.conftest import STORE_MB, bus_settings
 
+pytestmark = pytest.mark.bus
+
 
 @pytest.fixture
 async def watched(tmp_path):

@@ -15,6 +15,8 @@ from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
+pytestmark = pytest.mark.bus
+
 SAMPLE = {"python_functions": 1, "data_scripts": 1, "humaneval": 1}
 "Tasks per environment; HumanEval's task takes the attacks on its visible examples only."
 

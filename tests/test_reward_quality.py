@@ -16,6 +16,8 @@ from judging.quality import bonuses, job_spec
 from judging.reward import QUALITY_COMPONENTS, compose
 from runtime.config import load
 
+pytestmark = pytest.mark.unit
+
 ON = QualityConfig(lint=0.04, types=0.03, runtime=0.03)
 WEIGHTS = RewardConfig(tests=0.82, format=0.08, quality=ON)
 

@@ -12,12 +12,15 @@ import signal
 
 import anyio
 import msgspec
+import pytest
 
 from bus import subjects
 from bus.codec import decode
 from bus.messages import DeadLetter, ExecutionDone, ExecutionRequest, Job
 from runtime.cli import stack_status as status_mod
 from tests.test_codec import samples
+
+pytestmark = pytest.mark.stack
 
 PROBE = """
 [actors.count]

@@ -8,7 +8,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.bus
 
 
 def test_scale_bench_runs_at_ten_actors(tmp_path):

@@ -24,6 +24,8 @@ from runtime.broker.embedded import alive
 from runtime.cli import stack_status as status_mod
 from tests.conftest import ROOT, bus_settings
 
+pytestmark = pytest.mark.stack
+
 CONFIG = """
 [run]
 name = "stop"

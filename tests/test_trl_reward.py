@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import anyio
 import msgspec
+import pytest
 
 from bus.messages import Attempt, Turn
 from envs import registry
@@ -15,6 +16,8 @@ from bench.vs_trl.trl_reward import JudgeReward, task_column
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 from tests.support.sandbox_fixtures import built_envs  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 SANDBOX = SandboxConfig(backend="local", warm_python=True)
 
