@@ -1,4 +1,5 @@
-# Two commands: `make run` (the main job on the embedded default) and `make test`.
+# Two commands: `make run` (the main job on the embedded default) and `make test`
+# (`make test-fast` and `make test-bus`: the first tier, the first two; pyproject.toml).
 # Each first makes this machine ready (deploy/setup.py: system packages through apt-get as
 # root, else one line with the exact command; the sandbox environment trees; for tests the
 # `docker compose` plugin), then the virtual environment, and for tests the compose stack's
@@ -12,7 +13,7 @@ IMAGE_INPUTS := pyproject.toml README.md $(shell find actors bus runtime sandbox
                 policy monitoring deploy -type f ! -name '*.pyc' 2>/dev/null)
 IMAGES_STAMP := build/images/.built
 
-.PHONY: run test images host-run host-test
+.PHONY: run test test-fast test-bus images host-run host-test
 # The host set-up comes before the venv (python3-venv), and both before anything runs.
 .NOTPARALLEL:
 
@@ -22,6 +23,15 @@ run: host-run $(STAMP)
 
 test: host-test $(STAMP) $(IMAGES_STAMP)
 	$(BIN)/pytest
+
+# The pure and fast tier: no nats-server, sandbox job, model or container, so no images
+# (the machine is still set up: a test checks that it is).
+test-fast: host-test $(STAMP)
+	$(BIN)/pytest -m unit
+
+# Also the tests with real parts short of a whole stack (a nats-server, sandbox jobs, a model).
+test-bus: host-test $(STAMP)
+	$(BIN)/pytest -m "unit or bus"
 
 host-run:
 	@$(PYTHON) -m deploy.setup run --venv $(VENV)

@@ -45,7 +45,7 @@ log = structlog.get_logger("bus")
 MAX_WAITING_PULLS = 4096
 """Pull requests a durable consumer keeps waiting on the server: one per instance of the kind
 reading it. The server's default, 512, refused the 513th instance's requests (409 Exceeded
-MaxWaiting; bench/scale.py at 1,000 actors). It cannot be changed on an existing durable."""
+MaxWaiting; bench/scale/scale.py at 1,000 actors). It cannot be changed on an existing durable."""
 
 _VIOLATION = re.compile(r"permissions violation for (publish|subscription) to \"?([^\"\s]+)",
                         re.IGNORECASE)

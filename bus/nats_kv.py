@@ -39,7 +39,7 @@ class KeyValueCalls:
     async def _bucket(self, bucket: str) -> KeyValue:
         """The handle of `bucket`, looked up once per client: nats-py's lookup asks the
         server for the stream's info each time, which doubled the requests of every
-        heartbeat (bench/scale.py). A bucket not found yet is looked up again next time."""
+        heartbeat (bench/scale/scale.py). A bucket not found yet is looked up again next time."""
         if self._buckets is None:
             self._buckets = {}
         kv = self._buckets.get(bucket)

@@ -12,7 +12,7 @@ For per-step credit every result also says how many visible tests pass in the wo
 after the call, and the workspace's content hash: a call that changed the workspace is
 followed by a run of the whole visible suite that the model is not shown (about 0.03 s of
 wall time and 0.01 s of sandbox CPU per write on the local backend, against seconds for a
-model turn: `bench/step_credit_cost.py`, `bench/results/step_credit.txt`); a call
+model turn: `bench/repository/step_credit_cost.py`, `bench/repository/results/step_credit.txt`); a call
 that changed nothing carries the count from before. It does not parse model text
 (`judging.tools` does) or judge anything.
 """

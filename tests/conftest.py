@@ -32,6 +32,21 @@ ROOT = Path(__file__).resolve().parent.parent
 os.environ.setdefault("WHET_GATE_CACHE", tempfile.mkdtemp(prefix="whet-gates-"))
 
 
+TIERS = ("unit", "bus", "stack")
+"""The test tiers (pyproject.toml's markers), fastest first."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Every test is marked with exactly one tier: the run stops, naming each that is not,
+    before `-m` selects anything (an unmarked test would otherwise never run in a tier)."""
+    wrong = [f"{item.nodeid}: {names or 'no tier'}" for item in items
+             if len(names := sorted({m.name for m in item.iter_markers() if m.name in TIERS})) != 1]
+    if wrong:
+        raise pytest.UsageError("each test needs exactly one tier mark (pytest.mark.unit, .bus or "
+                                ".stack; pyproject.toml):\n  " + "\n  ".join(wrong))
+
+
 STORE_MB = 16 * 1024
 """The test servers' JetStream file store. The server reserves every stream's cap on it, and
 its default (75% of the free disk) made the suite fail on a machine with less disk free;

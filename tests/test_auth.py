@@ -81,6 +81,7 @@ async def serve_until(bus: Bus, spec, cls, handler, done) -> None:
         bus.stopping.set()
 
 
+@pytest.mark.unit
 def test_every_role_has_a_server_entry_and_owned_subjects_are_denied_to_others():
     """The generated config names every role once; verdicts and weights are owned."""
     text = auth.server_config(AUTH)
@@ -95,6 +96,7 @@ def test_every_role_has_a_server_entry_and_owned_subjects_are_denied_to_others()
     assert "whet.v1.verdicts.>" in judge["allow"] and "whet.v1.verdicts.>" not in judge["deny"]
 
 
+@pytest.mark.bus
 async def test_executor_does_its_work_and_is_refused_verdicts_and_weights(secured, admin):
     """An executor consumes requests, dead-letters garbage, reports done and beats; a verdict,
     the policy pointer and weights are refused, and the refusal is logged with the subject."""
@@ -139,6 +141,7 @@ async def test_executor_does_its_work_and_is_refused_verdicts_and_weights(secure
         await executor.close()
 
 
+@pytest.mark.bus
 async def test_generator_is_refused_verdicts_but_reads_weights_and_publishes_attempts(secured, admin):
     """A generator gets weights and its task, publishes attempts, and may not publish a verdict."""
     await admin.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
@@ -175,6 +178,7 @@ async def test_generator_is_refused_verdicts_but_reads_weights_and_publishes_att
         await generator.close()
 
 
+@pytest.mark.bus
 async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin):
     """The owners of verdicts and weights can publish them, the learner writes its step
     records and watches the evaluator's state; the monitor reads the state of every stream,
@@ -223,6 +227,7 @@ async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin)
             await bus.close()
 
 
+@pytest.mark.bus
 async def test_wrong_password_is_refused_at_connect(secured):
     """A bad password fails at once with an authorization error, not after retries."""
     server, _ = secured
@@ -233,6 +238,7 @@ async def test_wrong_password_is_refused_at_connect(secured):
     assert time.monotonic() - started < 5
 
 
+@pytest.mark.bus
 async def test_tls_with_a_self_signed_certificate(tmp_path):
     """With a certificate configured the server speaks TLS: a client trusting it connects and
     publishes as its role; one that does not trust it is refused at once, saying why."""
@@ -261,6 +267,7 @@ async def test_tls_with_a_self_signed_certificate(tmp_path):
         server.kill()
 
 
+@pytest.mark.stack
 async def test_stack_with_auth_logs_each_actor_in_as_its_role(tmp_path):
     """`whet up` with [auth] on: the embedded server gets per-run passwords (files 0600, in no
     log), the probe works as an executor, its verdict is refused and the refusal is an event;

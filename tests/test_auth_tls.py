@@ -80,6 +80,7 @@ async def refused(settings) -> str:
     return str(caught.value)
 
 
+@pytest.mark.unit
 def test_certs_cover_the_hosts_and_keys_are_owner_only(tmp_path):
     """`whet auth certs` makes a CA, a server certificate with every --host as a SAN and one
     client certificate per role, keys 0600; a second run keeps them, --renew keeps the CA."""
@@ -114,6 +115,7 @@ def test_certs_cover_the_hosts_and_keys_are_owner_only(tmp_path):
     assert 'ca_file: "/etc/nats/tls/ca.pem"' in block and "verify: true" in block
 
 
+@pytest.mark.unit
 def test_a_new_ca_remakes_every_certificate_and_a_missing_ca_key_is_named(tmp_path):
     """Certificates of a CA that was replaced are remade, not kept; where only ca.pem is
     (a host given the files), what is there is kept and what is missing cannot be made."""
@@ -133,6 +135,7 @@ def test_a_new_ca_remakes_every_certificate_and_a_missing_ca_key_is_named(tmp_pa
         certs.ensure(d)
 
 
+@pytest.mark.bus
 async def test_a_role_with_its_certificate_works_and_is_still_refused_other_subjects(server, secrets):
     """Over TLS with client certificates, an executor publishes its results and is refused a
     verdict: permissions are still enforced."""
@@ -152,6 +155,7 @@ async def test_a_role_with_its_certificate_works_and_is_still_refused_other_subj
         await admin.close()
 
 
+@pytest.mark.bus
 def test_a_plaintext_client_is_refused(server, secrets):
     """A client that speaks plain NATS (right password, no TLS) gets no PONG: the server
     announces that TLS is required and closes the connection on the plaintext CONNECT."""
@@ -167,6 +171,7 @@ def test_a_plaintext_client_is_refused(server, secrets):
     assert b"PONG" not in answer and b"+OK" not in answer, answer
 
 
+@pytest.mark.bus
 async def test_a_client_without_a_certificate_is_refused(server, secrets):
     """Trusting the CA is not enough: the server requires a client certificate."""
     message = await refused(settings_for(server.url, secrets, "executor", tls_cert_file="",
@@ -174,6 +179,7 @@ async def test_a_client_without_a_certificate_is_refused(server, secrets):
     assert "requires a client certificate" in message and "WHET_NATS_CERT" in message
 
 
+@pytest.mark.bus
 async def test_a_certificate_from_another_ca_is_refused(server, secrets, other_ca):
     """A client certificate of another CA is refused by the server, and a client trusting
     another CA refuses the server: each error names the file and how to remake it."""
@@ -189,6 +195,7 @@ async def test_a_certificate_from_another_ca_is_refused(server, secrets, other_c
     assert "not trusted by " + str(certs.cert_path(other_ca, certs.CA)) in message
 
 
+@pytest.mark.bus
 async def test_an_expired_certificate_is_refused_naming_the_file(server, secrets, tmp_path):
     """A client certificate past its end (made with 0 days) is refused as expired."""
     mine = tmp_path / "tls"
@@ -202,6 +209,7 @@ async def test_an_expired_certificate_is_refused_naming_the_file(server, secrets
     assert "--renew" in message
 
 
+@pytest.mark.bus
 async def test_a_missing_certificate_file_is_named_before_connecting(tmp_path):
     """No server is needed to learn that the key file is not there."""
     settings = bus_settings("nats://127.0.0.1:1", tls_ca_file=str(tmp_path / "ca.pem"))
@@ -216,6 +224,7 @@ async def test_a_missing_certificate_file_is_named_before_connecting(tmp_path):
                           Identity("executor", "x"))
 
 
+@pytest.mark.unit
 def test_tls_needs_the_users_and_excludes_a_certificate_of_ones_own(tmp_path):
     """`[auth] tls` without `enabled`, or with `tls_cert_file`, is a config error."""
     path = tmp_path / "c.toml"
@@ -227,6 +236,7 @@ def test_tls_needs_the_users_and_excludes_a_certificate_of_ones_own(tmp_path):
         config_mod.load(path)
 
 
+@pytest.mark.stack
 async def test_stack_with_tls_makes_the_files_and_its_actors_use_them(tmp_path):
     """`whet up` with `[auth] tls`: the run's secrets get a CA and certificates (keys 0600),
     the embedded server requires client certificates, a probe connected with its role's
@@ -275,6 +285,7 @@ async def test_stack_with_tls_makes_the_files_and_its_actors_use_them(tmp_path):
     assert os.path.exists(d / "ca-key.pem")
 
 
+@pytest.mark.unit
 def test_the_compose_override_gives_each_role_its_own_certificate():
     """docker-compose.tls.yml: every actor service (and setup, as admin) gets the CA and its
     role's certificate and key, each named by the variables the client reads; NATS gets its
@@ -304,6 +315,7 @@ def test_the_compose_override_gives_each_role_its_own_certificate():
         str(certs.key_path(d, certs.SERVER)): certs.key_path(Path(), certs.SERVER).name}
 
 
+@pytest.mark.bus
 async def test_the_compose_nats_config_with_the_tls_block_requires_certificates(tmp_path, secrets):
     """deploy/nats.conf including `whet auth server-config --tls-dir` output: an executor with
     its certificate connects, one without is refused."""
@@ -338,6 +350,7 @@ async def test_the_compose_nats_config_with_the_tls_block_requires_certificates(
         proc.wait(timeout=10)
 
 
+@pytest.mark.bus
 def test_up_against_a_server_without_the_certificates_names_them(tmp_path, nats_server):
     """`whet up` against another server with `[auth] tls` and a secrets folder lacking the
     certificates stops before starting anything, naming the files and `whet auth certs`."""

@@ -19,10 +19,12 @@ from tests.test_runtime import PROBE, all_done, publish_requests, ready_probes, 
 POLICY = KindPolicy(min=1, max=4, backlog_per_instance=10, up_cooldown_s=5, down_cooldown_s=30)
 
 
+@pytest.mark.unit
 def test_wanted_count_follows_backlog_within_bounds():
     assert [wanted(POLICY, b) for b in (0, 1, 10, 11, 35, 1000)] == [1, 1, 1, 2, 4, 4]
 
 
+@pytest.mark.unit
 def test_scales_up_at_once_but_not_within_the_up_cooldown():
     state = step(POLICY, KindState(1), backlog=35, now=100.0)
     assert state.count == 4 and state.changed_at == 100.0
@@ -31,6 +33,7 @@ def test_scales_up_at_once_but_not_within_the_up_cooldown():
     assert step(POLICY, KindState(2, changed_at=94.0), backlog=35, now=100.0).count == 4
 
 
+@pytest.mark.unit
 def test_scales_down_one_at_a_time_after_a_quiet_cooldown():
     """Fewer instances are needed from t=100: nothing happens until 30 s later, then one goes;
     the next waits another 30 s."""
@@ -46,11 +49,13 @@ def test_scales_down_one_at_a_time_after_a_quiet_cooldown():
     assert busy_again.count == 3 and busy_again.needed_at == 131.0
 
 
+@pytest.mark.unit
 def test_counts_outside_the_bounds_are_brought_back_at_once():
     assert step(POLICY, KindState(0, changed_at=99.0), backlog=0, now=100.0).count == 1
     assert step(POLICY, KindState(9, changed_at=99.0), backlog=0, now=100.0).count == 4
 
 
+@pytest.mark.unit
 def test_backlog_adds_undelivered_and_unacked_and_counts_a_missing_consumer_whole():
     states = {"WHET_EXEC": {"executor": {"pending": 7, "in_flight": 3, "redelivered": 1},
                            "": {"stored": 10}},
@@ -61,10 +66,11 @@ def test_backlog_adds_undelivered_and_unacked_and_counts_a_missing_consumer_whol
     assert math.isinf(KindState(1).changed_at)
 
 
+@pytest.mark.unit
 def test_bad_autoscale_config_is_named(tmp_path):
     """min above max, a kind without a queue and an unknown kind are config errors."""
     cases = {'[autoscale.kinds.executor]\nmin = 5\nmax = 2\n': "min (5) is above max (2)",
-             '[actors.target]\nprobe = "tests.probe_actor:run"\n[autoscale.kinds.probe]\n':
+             '[actors.target]\nprobe = "tests.support.probe_actor:run"\n[autoscale.kinds.probe]\n':
                  "no default queue",
              '[autoscale.kinds.nosuch]\nconsumers = ["WHET_EXEC/executor"]\n': "autoscale.kinds.nosuch"}
     for text, expected in cases.items():
@@ -87,6 +93,7 @@ consumers = ["WHET_EXEC/executor"]
 """
 
 
+@pytest.mark.stack
 async def test_probes_scale_up_under_a_backlog_and_down_when_idle(bus, make_stack):
     """A backlog of 60 jobs brings the probe count to its max of 3 and the new instances take
     work; once the queue is empty the count goes back to 1; every job is done exactly once."""

@@ -15,6 +15,8 @@ from policy.groups import GroupBuffer
 from policy.sampling import choose_tokens
 from tests.test_generator import make_task
 
+pytestmark = pytest.mark.unit
+
 
 def turn(prompt, completion, version=0, logps=None, feedback="") -> Turn:
     return Turn(prompt_ids=pack_ids(prompt), completion_ids=pack_ids(completion),

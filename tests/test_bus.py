@@ -53,6 +53,7 @@ async def serve_until(bus, handler, done, *, timeout_s: float = 20.0, **kwargs) 
         bus.stopping.set()
 
 
+@pytest.mark.bus
 async def test_retried_publish_is_stored_once(bus):
     """Publishing the same msg id twice stores one message; the second ack says duplicate."""
     assert await bus.publish(subjects.TASKS, assignment(1), msg_id="a1") is False
@@ -61,6 +62,7 @@ async def test_retried_publish_is_stored_once(bus):
     assert state.messages == 1
 
 
+@pytest.mark.bus
 async def test_publish_many_stores_all_and_counts_new(bus):
     """Pipelined publishing stores every message once."""
     items = [(f"a{i}", assignment(i)) for i in range(50)]
@@ -70,6 +72,7 @@ async def test_publish_many_stores_all_and_counts_new(bus):
     assert state.messages == 50
 
 
+@pytest.mark.bus
 async def test_bad_payloads_go_to_dead_letter_and_consumer_keeps_serving(bus):
     """Malformed and wrong-version payloads are dead-lettered with reasons; good work flows."""
     await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
@@ -97,6 +100,7 @@ async def test_bad_payloads_go_to_dead_letter_and_consumer_keeps_serving(bus):
     assert tasks.messages == 0, "everything was settled: processed or dead-lettered"
 
 
+@pytest.mark.bus
 async def test_failing_handler_is_retried_then_dead_lettered(bus):
     """A handler that keeps raising gets max_deliver tries, then the message is dead-lettered."""
     await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
@@ -116,6 +120,7 @@ async def test_failing_handler_is_retried_then_dead_lettered(bus):
     assert letter.deliveries == 3
 
 
+@pytest.mark.bus
 async def test_in_flight_work_is_bounded(bus):
     """No more than max_in_flight messages are held at once."""
     await bus.publish_many(subjects.TASKS, [(f"a{i}", assignment(i)) for i in range(30)])
@@ -133,6 +138,7 @@ async def test_in_flight_work_is_bounded(bus):
     assert peak == 4
 
 
+@pytest.mark.bus
 async def test_deferred_deliveries_do_not_stall_fetching(bus):
     """A handler that defers (the learner holds verdicts until a checkpoint) keeps getting
     messages while most of its slots are parked: with 5 of 8 slots parked, the 3 free ones
@@ -164,6 +170,7 @@ async def test_deferred_deliveries_do_not_stall_fetching(bus):
     assert received == 11  # never more than max_in_flight held
 
 
+@pytest.mark.bus
 async def test_stop_gives_back_unfinished_work(bus):
     """Work still running when the drain time ends is nak'ed and redelivered, not lost."""
     await bus.publish(subjects.TASKS, assignment(1), msg_id="a1")
@@ -190,6 +197,7 @@ async def test_stop_gives_back_unfinished_work(bus):
     assert again == [("a1", 2), ("a2", 1)]
 
 
+@pytest.mark.bus
 async def test_kv_holds_and_watches_values(bus):
     """A KV watch yields the current value, then each update."""
     await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
@@ -210,6 +218,7 @@ async def test_kv_holds_and_watches_values(bus):
     assert await bus.kv_items(subjects.BUCKET_RUN, ScaleTarget, prefix="scale.") == targets
 
 
+@pytest.mark.bus
 async def test_consume_reports_started_once_its_consumer_exists(bus):
     """`await tg.start(consume, ...)` returns with the durable consumer on the server, so a
     message published right after is delivered to it."""
@@ -227,6 +236,7 @@ async def test_consume_reports_started_once_its_consumer_exists(bus):
         bus.stopping.set()
 
 
+@pytest.mark.bus
 async def test_kv_watch_rides_through_a_server_restart(bus, nats_server):
     """A KV watch (monitor, sampler, generators) is renewed after a kill -9 and restart of
     the server: a value put afterwards still reaches it."""
@@ -253,6 +263,7 @@ async def test_kv_watch_rides_through_a_server_restart(bus, nats_server):
     assert set(seen) == {1, 2} and seen[-1] == 2  # a renewed watch may repeat a value
 
 
+@pytest.mark.bus
 async def test_weights_object_round_trips_with_checksum(bus):
     """A multi-chunk object reads back byte-identical; a replaced one frees the old chunks."""
     data = os.urandom(5 * 1024 * 1024 + 123)
@@ -268,6 +279,7 @@ async def test_weights_object_round_trips_with_checksum(bus):
     assert await list_objects(bus, subjects.BUCKET_WEIGHTS) == []
 
 
+@pytest.mark.bus
 async def test_corrupted_object_is_refused(bus):
     """If stored chunks no longer match the recorded checksum, the read fails loudly."""
     await put_object(bus, subjects.BUCKET_WEIGHTS, "v1", b"a" * 3000)
@@ -281,6 +293,7 @@ async def test_corrupted_object_is_refused(bus):
         await get_object(bus, subjects.BUCKET_WEIGHTS, "v1")
 
 
+@pytest.mark.bus
 async def test_following_replay_rides_through_a_server_restart(bus, nats_server):
     """A following replay (whet tail, progress) keeps reading across a kill -9 and restart of
     the server: every message once, in order."""
@@ -315,6 +328,7 @@ async def test_following_replay_rides_through_a_server_restart(bus, nats_server)
     assert seen == [f"e{n}" for n in range(1, 7)]
 
 
+@pytest.mark.bus
 async def test_object_put_through_a_server_outage_stores_it_once(bus, nats_server):
     """A put started while the server is down (more than the client buffers) completes once
     it is back: the object reads back whole and the cut-off try leaves no chunks behind."""
@@ -337,6 +351,7 @@ async def test_object_put_through_a_server_outage_stores_it_once(bus, nats_serve
     assert state.bytes < len(data) + 64 * 1024, "chunks of the cut-off try were left behind"
 
 
+@pytest.mark.bus
 async def test_stream_caps_past_the_server_store_name_the_config_key(tmp_path):
     """JetStream reserves each stream's cap when it creates the stream: caps larger than the
     server's file store get an error that names the stream and the key to lower, and caps
@@ -363,6 +378,7 @@ async def test_stream_caps_past_the_server_store_name_the_config_key(tmp_path):
         server.kill()
 
 
+@pytest.mark.unit
 def test_default_stream_caps_fit_a_small_disk():
     """The server reserves every cap on its store (75% of free disk by default): the
     defaults together stay within 4 GiB, so a machine with about 5.7 GB free runs them."""

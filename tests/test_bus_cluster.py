@@ -41,6 +41,7 @@ async def connect(url: str, replicas: int) -> Bus:
     return await Bus.connect(bus_settings(url, replicas=replicas), Identity("test", "test-1"))
 
 
+@pytest.mark.bus
 async def test_three_replicas_on_one_server_are_refused_naming_the_fix(nats_server):
     """replicas = 3 against a single server fails at start with what to do, not a JetStream code."""
     bus = await connect(nats_server.url, 3)
@@ -54,6 +55,7 @@ async def test_three_replicas_on_one_server_are_refused_naming_the_fix(nats_serv
     assert "docker-compose.cluster.yml" in text and "replicas = 1" in text
 
 
+@pytest.mark.bus
 async def test_every_stream_bucket_and_object_store_keeps_three_replicas(nats_cluster):
     """On a cluster, replicas = 3 replicates every stream, KV bucket and the object store,
     also those an earlier start made with one replica."""
@@ -85,6 +87,7 @@ async def stream_leader(bus: Bus, stream: str) -> str:
     return await patiently(leader)
 
 
+@pytest.mark.bus
 async def test_work_survives_killed_nodes_once_each(nats_cluster):
     """Publishing through a kill -9 of the stream's leader, and consuming through a kill of
     the node the client is on, stores every message once and delivers every one."""
@@ -132,6 +135,7 @@ def connected_node(bus: Bus):
     return name
 
 
+@pytest.mark.unit
 def test_replicas_are_one_or_three_and_three_needs_a_cluster(tmp_path, monkeypatch):
     """[bus] replicas takes 1 or 3; 3 on the one-node embedded server is refused with the fix."""
     monkeypatch.delenv("WHET_NATS_URL", raising=False)
@@ -150,6 +154,7 @@ def test_replicas_are_one_or_three_and_three_needs_a_cluster(tmp_path, monkeypat
     assert servers(cfg.bus.url) == ["nats://a:4222", "nats://b:4222", "nats://c:4222"]
 
 
+@pytest.mark.bus
 async def test_embedded_nodes_three_starts_a_local_cluster(tmp_path):
     """`whet up` with embedded_nodes = 3 starts three routed nodes; a client given their
     URLs keeps working, with three replicas, when the node it is on dies."""
@@ -177,6 +182,7 @@ async def test_embedded_nodes_three_starts_a_local_cluster(tmp_path):
         cluster.kill()
 
 
+@pytest.mark.bus
 def test_a_killed_meta_leader_is_replaced_and_rejoins(nats_cluster):
     """kill -9 of the JetStream meta leader: the other two elect another, and the restarted
     node, on its own store, rejoins and reports healthy."""
@@ -192,10 +198,11 @@ def test_a_killed_meta_leader_is_replaced_and_rejoins(nats_cluster):
     assert len({n.store_dir for n in nats_cluster.nodes}) == 3
 
 
+@pytest.mark.bus
 async def test_review_reads_a_stopped_cluster_runs_stores(tmp_path):
     """`whet review` of a stopped run whose local cluster kept three replicas starts the
     three nodes on their stores for the read, and shows that run's trials."""
-    from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
+    from tests.support.review import RUN_TRIALS, shown, stopped_run, whet
 
     run = await stopped_run(tmp_path / "runs", RUN_TRIALS, nodes=3)
     out = whet(run, "review", "--per-stratum", "1", stdin="q\n")
@@ -203,6 +210,7 @@ async def test_review_reads_a_stopped_cluster_runs_stores(tmp_path):
     assert "g9.0" not in shown(out.stdout)
 
 
+@pytest.mark.bus
 async def test_a_consumer_without_a_leader_waits_instead_of_spinning(nats_cluster):
     """While its killed leader is replaced, a consumer's pulls get "no responders" (503); it
     pauses between them (a few a second, not thousands) and takes work once one is elected."""
@@ -238,6 +246,7 @@ async def test_a_consumer_without_a_leader_waits_instead_of_spinning(nats_cluste
         await bus.close()
 
 
+@pytest.mark.stack
 async def test_whet_up_on_a_local_cluster_replicates_and_stops_every_node(tmp_path):
     """`whet up` with embedded_nodes = 3 and replicas = 3: the actors come up on the three
     nodes, the streams keep three replicas, and a stop (SIGTERM) ends every node."""

@@ -2,7 +2,7 @@
 
 The whole pipeline runs as separate processes under `whet up` (sampler, generator with the
 fake engine, judge, executor, learner on the tiny model) against the test's own
-nats-server. Tasks come from `tests.quiet_scripts`, which the uniformly sampling fake
+nats-server. Tasks come from `tests.support.quiet_scripts`, which the uniformly sampling fake
 engine solves about one time in four, so rewards differ within groups and the learner
 really trains. A seeded schedule kills each actor kind and the server with SIGKILL, each
 kill once the stack is whole again and work has moved on since the previous one; the
@@ -25,14 +25,17 @@ import time
 from collections import Counter
 
 import anyio
+import pytest
 
 from bus import subjects
 from bus.messages import SamplerState, Verdict
 from runtime.broker.embedded import alive
 from runtime.cli.stack_status import StackStatus, gather
-from tests.chaos_support import (LearnerRecord, admitted_attempts, events, learner_record,
+from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
                                  repeated)
 from tests.conftest import patiently
+
+pytestmark = pytest.mark.stack
 
 GROUP = 4
 KINDS = ("sampler", "generator", "judge", "executor", "learner")
@@ -93,7 +96,7 @@ backend = "subprocess"
 [envs]
 mix = {{ quiet = 1.0 }}
 [envs.use.quiet_scripts]
-target = "tests.quiet_scripts:ENVIRONMENT"
+target = "tests.support.quiet_scripts:ENVIRONMENT"
 count = 12
 heldout_share = 0.0
 checks = ["determinism"]

@@ -13,8 +13,8 @@ import msgspec
 import pytest
 
 from envs.humaneval import wheel_path
-from tests.judging_support import io_task
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.judging import io_task
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +25,7 @@ def whet(*args: str) -> subprocess.CompletedProcess:
                           text=True, capture_output=True, timeout=300)
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("built_envs")
 def test_judging_a_humaneval_samples_file_prints_one_verdict_per_attempt(tmp_path):
     """Good samples are judged, bad lines are named on stderr, and JSON output parses."""
@@ -51,6 +52,7 @@ def test_judging_a_humaneval_samples_file_prints_one_verdict_per_attempt(tmp_pat
     assert records[0]["layers"][2]["name"] == "hidden" and records[0]["layers"][2]["ok"]
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("built_envs")
 def test_judging_whetstone_task_records(tmp_path):
     """A file of Task records (as `whet tasks generate` writes) is read as such."""
@@ -77,6 +79,7 @@ def _probe_files(tmp_path):
     return str(tasks), str(samples)
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("built_envs")
 def test_judging_runs_in_the_sandbox_unless_told_otherwise(tmp_path):
     """With no --backend the attempt runs in the local sandbox (its host name is 'sandbox');
@@ -95,6 +98,7 @@ def test_judging_runs_in_the_sandbox_unless_told_otherwise(tmp_path):
     assert json.loads(unsafe.stdout)["cause"] == "model.wrong_answer"  # the host's own name
 
 
+@pytest.mark.unit
 def test_a_config_naming_subprocess_is_refused_without_the_flag(tmp_path):
     """The config's backend is the default, but it cannot bring in subprocess silently."""
     tasks, samples = _probe_files(tmp_path)
@@ -105,6 +109,7 @@ def test_a_config_naming_subprocess_is_refused_without_the_flag(tmp_path):
     assert "--unsafe-subprocess" in refused.stderr
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("built_envs")
 def test_quality_on_gives_a_pass_its_components_and_a_failure_none(tmp_path):
     """`whet judge --json -c configs/quality.toml`: canonical HumanEval passes carry lint, types
@@ -126,12 +131,14 @@ def test_quality_on_gives_a_pass_its_components_and_a_failure_none(tmp_path):
     assert bad["outcome"] == "fail" and not {"lint", "types", "runtime"} & set(bad["components"])
 
 
+@pytest.mark.unit
 def test_an_unreadable_tasks_file_is_one_clear_error(tmp_path):
     """A missing file exits with status 2 and names the file."""
     out = whet("judge", str(tmp_path / "nope.jsonl"), str(tmp_path / "samples.jsonl"))
     assert out.returncode == 2 and "nope.jsonl" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.unit
 def test_backend_choice_in_every_combination():
     """The flag alone means subprocess; with another --backend it contradicts; without it,
     --backend wins over the config, subprocess from either is refused, unknown names too."""
@@ -160,6 +167,7 @@ FORGER = ("import os\n"
           "def f(xs):\n    return sum(xs)\n")
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("built_envs")
 def test_an_attempt_that_forges_records_on_every_descriptor_gets_one_verdict(tmp_path):
     """Malformed records written on every descriptor it can reach (the answer pipe, the report

@@ -11,7 +11,7 @@ every admitted attempt has one verdict and one fate, none trained twice.
 
 For each kill it records how long no work completed: from the kill to the next verdict
 stored. CI kills 3 times (about a minute and a half here); `CLUSTER_KILLS=6` (as
-`bench/cluster_chaos.py` runs it) kills more, and `CHAOS_SEED` varies pauses and order.
+`bench/chaos/cluster_chaos.py` runs it) kills more, and `CHAOS_SEED` varies pauses and order.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from runtime.connect import topology
 from tests.conftest import Stack, bus_settings, patiently
 from tests.test_chaos import (CONFIG, SEED, Chaos, drain_and_stop, healthy, reconcile,
                               verdict_count)
+
+pytestmark = pytest.mark.stack
 
 KILLS = int(os.environ.get("CLUSTER_KILLS", "3"))
 TARGETS = ("meta", subjects.STREAM_VERDICTS, subjects.STREAM_TASKS, subjects.STREAM_EXEC,

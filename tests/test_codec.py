@@ -12,6 +12,8 @@ from bus import messages as m
 from bus.codec import decode, encode, pack_f32, pack_ids, unpack_f32, unpack_ids
 from bus.errors import MalformedMessage, SchemaMismatch
 
+pytestmark = pytest.mark.unit
+
 
 def _task() -> m.Task:
     return m.Task(task_id="py/1", env="py", env_version="1", domain="python", prompt="add",

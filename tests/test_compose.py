@@ -21,9 +21,9 @@ import time
 import anyio
 import pytest
 
-from tests import compose_support as cs
+from bench.compose import project as cs
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 SERVICES = ["nats", "sampler", "generator", "judge", "executor", "learner", "evaluator", "monitor"]
 
 

@@ -31,6 +31,7 @@ ROOT = images.ROOT
 ML_KINDS = {"generator", "learner", "learner_rank", "evaluator"}
 
 
+@pytest.mark.unit
 def test_dockerfiles_copy_every_package_the_project_installs():
     """slim and ml copy exactly the packages pyproject.toml lists (a new one must be added)."""
     packages = set(images.source_files()) - {"pyproject.toml", "README.md"}
@@ -39,6 +40,7 @@ def test_dockerfiles_copy_every_package_the_project_installs():
         assert set(re.findall(r"^COPY (\w+) /src/\1$", text, re.M)) == packages, name
 
 
+@pytest.mark.unit
 def test_every_actor_kind_is_a_service_logged_in_as_its_role():
     """One service per kind: its image, `whet actor KIND`, its role's user and password,
     init, a health check and a grace period longer than the drain."""
@@ -57,6 +59,7 @@ def test_every_actor_kind_is_a_service_logged_in_as_its_role():
     assert services["nats"]["ports"] == ["${WHET_NATS_BIND:-127.0.0.1}:${WHET_NATS_PORT:-4222}:4222"]
 
 
+@pytest.mark.unit
 def test_images_are_pinned_to_this_environment():
     """Wheel sets pin what is installed here; a package that is not is a clear error."""
     versions = wheels.installed()
@@ -67,6 +70,7 @@ def test_images_are_pinned_to_this_environment():
     assert wheels.folder(ml, versions) != wheels.folder(ml, {**versions, "torch": "0"})
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("args, message", [
     (["actor", "nosuchkind", "--config", "configs/compose.toml"], "unknown actor kind"),
     (["setup", "--config", "configs/default.toml"], "bus.url"),
@@ -85,6 +89,7 @@ def compose_value(template: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+):-([^}]*)\}", lambda m: env.get(m[1]) or m[2], template)
 
 
+@pytest.mark.bus
 @pytest.mark.parametrize("setting, always, interval_s", [
     (None, False, 120), ("always", True, None), ("10s", False, 10)])
 def test_the_nats_service_flushes_to_disk_as_its_variable_says(tmp_path, setting, always,
@@ -123,6 +128,7 @@ def test_the_nats_service_flushes_to_disk_as_its_variable_says(tmp_path, setting
         assert js["sync_interval"] == interval_s * 10**9
 
 
+@pytest.mark.unit
 def test_the_cluster_override_gives_every_actor_the_three_nodes():
     """docker-compose.cluster.yml runs nats, nats-2 and nats-3 from nats-cluster.conf, each
     named and stored apart; setup waits for all three; every actor and setup read
@@ -142,6 +148,7 @@ def test_the_cluster_override_gives_every_actor_the_three_nodes():
     assert [urlsplit(u).hostname for u in servers(cfg.bus.url)] == list(nodes)
 
 
+@pytest.mark.bus
 def test_the_cluster_config_forms_one_jetstream_cluster(tmp_path):
     """Three nats-servers on deploy/nats-cluster.conf (only listen addresses, routes and store
     changed from the containers') elect a meta leader with three peers."""

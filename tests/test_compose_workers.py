@@ -19,10 +19,10 @@ import time
 
 import pytest
 
-from tests import compose_support as cs
+from bench.compose import project as cs
 from tests.test_compose import _assert_once_and_passed
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 WORKERS = ["executor", "judge"]
 
 

@@ -10,6 +10,8 @@ import pytest
 from bus.errors import ConfigError
 from runtime.config import RunConfig, dump, load
 
+pytestmark = pytest.mark.unit
+
 CONFIGS = sorted((Path(__file__).parent.parent / "configs").glob("*.toml"))
 
 

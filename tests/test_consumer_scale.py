@@ -1,7 +1,7 @@
 """Many instances on one durable consumer: their pull requests all wait, and a refused pull
 request is not asked again at once.
 
-At 1,000 simulated actors (bench/scale.py) the server's default of 512 waiting pull requests
+At 1,000 simulated actors (bench/scale/scale.py) the server's default of 512 waiting pull requests
 per durable refused the 513th instance's requests (409 Exceeded MaxWaiting).
 """
 
@@ -11,6 +11,7 @@ import json
 from functools import partial
 
 import anyio
+import pytest
 from nats.js import api
 from structlog.testing import capture_logs
 
@@ -18,6 +19,8 @@ from bus import subjects
 from bus.consumer import REFUSED_PAUSE_S, consume
 from bus.messages import ScaleTarget
 from tests.conftest import until
+
+pytestmark = pytest.mark.bus
 
 SPEC = subjects.CONSUMER_TASKS
 

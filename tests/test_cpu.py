@@ -7,9 +7,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from runtime.stack.cpu import cpu_by_label, process_table, tree_cpu
 
 
+@pytest.mark.unit
 def test_tree_cpu_sums_a_process_and_all_its_descendants():
     """pid 10 with a child 11 and a grandchild 12 counts all three; 20 is another tree."""
     table = {10: (1, 1.0), 11: (10, 2.0), 12: (11, 4.0), 20: (1, 8.0), 21: (20, 16.0)}
@@ -19,6 +22,7 @@ def test_tree_cpu_sums_a_process_and_all_its_descendants():
     assert cpu_by_label({"judge": [10], "learner": [20]}, table) == {"judge": 7.0, "learner": 24.0}
 
 
+@pytest.mark.unit
 def test_a_busy_grandchild_is_charged_to_the_tree_it_runs_under():
     """A shell whose child spins for a while: the shell's tree shows that CPU, live."""
     spin = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.6: pass\nprint('ok')"
@@ -34,6 +38,7 @@ def test_a_busy_grandchild_is_charged_to_the_tree_it_runs_under():
         proc.wait()
 
 
+@pytest.mark.bus
 async def test_metered_backend_counts_sandbox_cpu_the_process_tree_misses():
     """A job spinning 1 s in the local sandbox: the wrapper counts about that much, while
     this process's tree shows far less (sandboxed processes escape it)."""

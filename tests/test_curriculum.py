@@ -13,6 +13,8 @@ from envs.config import SamplerConfig
 from envs.curriculum import Curriculum
 from envs.evaluation import EvalPoint, reward_without_heldout_gain
 
+pytestmark = pytest.mark.unit
+
 CFG = SamplerConfig(replay_share=0.0)
 
 

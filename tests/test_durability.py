@@ -19,6 +19,7 @@ def jetstream_config(server: EmbeddedServer) -> dict:
         return json.loads(r.read())["jetstream"]["config"]
 
 
+@pytest.mark.bus
 @pytest.mark.parametrize("interval, always, nanoseconds", [
     ("always", True, None), ("10s", False, 10 * 10**9), ("2m", False, 120 * 10**9)])
 def test_embedded_server_flushes_as_configured(tmp_path, interval, always, nanoseconds):
@@ -36,6 +37,7 @@ def test_embedded_server_flushes_as_configured(tmp_path, interval, always, nanos
         assert js["sync_interval"] == nanoseconds
 
 
+@pytest.mark.unit
 def test_the_default_config_keeps_nats_default_and_always_loads(tmp_path):
     """`[bus] sync_interval` defaults to "2m"; "always" and durations such as "1h30m" load."""
     path = tmp_path / "c.toml"
@@ -46,6 +48,7 @@ def test_the_default_config_keeps_nats_default_and_always_loads(tmp_path):
         assert load(path).bus.sync_interval == value
 
 
+@pytest.mark.bus
 def test_a_bad_interval_never_reaches_a_server(tmp_path):
     """The embedded server refuses an interval nats-server would misread ("2 m") before
     writing its config."""

@@ -7,6 +7,8 @@ import pytest
 from bus.errors import ConfigError
 from runtime.config import load
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("text, key, expectation", [
     ("[sampler]\nband_low = 0.9\nband_high = 0.5\n", "sampler", "band_low must be below band_high"),

@@ -34,6 +34,7 @@ def _tasks(name: str, levels: list[int]) -> list[Task]:
     return list(generate(env, len(levels), seed=11, levels=levels))
 
 
+@pytest.mark.bus
 @pytest.mark.parametrize("name,levels", [("python_functions", [0, 2, 4]),
                                          ("data_scripts", [0, 3]),
                                          ("structured_output", [0, 1, 2, 3, 4])])
@@ -58,6 +59,7 @@ def _grade_task(scores: list[int]) -> Task:
                                   extra={"random_cases": "0"}))
 
 
+@pytest.mark.bus
 async def test_weak_tests_are_rejected_naming_the_surviving_mutants():
     """Tests that never probe a boundary let boundary mutants live: rejected, survivors named;
     the same task with boundary cases is accepted."""
@@ -73,6 +75,7 @@ async def test_weak_tests_are_rejected_naming_the_surviving_mutants():
     assert strong.accepted, strong.detail
 
 
+@pytest.mark.bus
 async def test_a_wrong_reference_is_unsolvable():
     """A reference that fails its own tests is rejected as unsolvable."""
     task = _tasks("python_functions", [1])[0]
@@ -82,6 +85,7 @@ async def test_a_wrong_reference_is_unsolvable():
     assert report.reasons == ["unsolvable"], report.detail
 
 
+@pytest.mark.bus
 async def test_a_shuffling_reference_is_nondeterministic():
     """A reference returning its words in random order passes its unordered tests, but two
     runs return different values: rejected as nondeterministic."""
@@ -98,6 +102,7 @@ async def test_a_shuffling_reference_is_nondeterministic():
     assert report.reasons == ["nondeterministic"], report.detail
 
 
+@pytest.mark.bus
 async def test_a_malformed_record_is_invalid_without_running_anything():
     """Bad case lists and missing references are named, field by field."""
     task = _tasks("python_functions", [0])[0]
@@ -107,6 +112,7 @@ async def test_a_malformed_record_is_invalid_without_running_anything():
     assert "verifier.hidden" in report.detail[0] and "verifier.reference" in report.detail[0]
 
 
+@pytest.mark.bus
 async def test_humaneval_tasks_pass_solvability_and_determinism():
     """Imported HumanEval problems run through the same gates (mutation off, as configured)."""
     tasks = list(generate(registry.resolve("humaneval", EnvEntry()), 2))
@@ -116,6 +122,7 @@ async def test_humaneval_tasks_pass_solvability_and_determinism():
         assert report.accepted, (task.task_id, report.detail)
 
 
+@pytest.mark.unit
 def test_mutation_verdict_decides_as_soon_as_the_rest_cannot_matter():
     """With 10 mutants at 80%: 8 kills accept, a third survivor rejects, else undecided."""
     assert mutation_verdict(8, 0, 10, 0.8) is True
@@ -124,6 +131,7 @@ def test_mutation_verdict_decides_as_soon_as_the_rest_cannot_matter():
     assert mutation_verdict(0, 0, 0, 0.8) is True  # nothing to mutate: no evidence against
 
 
+@pytest.mark.bus
 async def test_a_user_environment_loads_from_config_and_passes_the_gates(tmp_path):
     """The README's example: a module named in config generates tasks the gates accept."""
     from runtime import config as config_mod
@@ -138,6 +146,7 @@ async def test_a_user_environment_loads_from_config_and_passes_the_gates(tmp_pat
     assert report.accepted and report.mutants >= 3, report.detail
 
 
+@pytest.mark.unit
 def test_an_unknown_environment_is_a_config_error():
     """A name that is neither built in nor given a target says what to do."""
     from bus.errors import ConfigError
@@ -148,6 +157,7 @@ def test_an_unknown_environment_is_a_config_error():
         registry.resolve("x", EnvEntry(target="envs.nothing_here:ENV"))
 
 
+@pytest.mark.bus
 async def test_verifier_data_the_judge_cannot_use_is_invalid():
     """A structured task whose rule pattern does not compile is the task's fault: invalid."""
     task = _tasks("structured_output", [0])[0]
@@ -159,6 +169,7 @@ async def test_verifier_data_the_judge_cannot_use_is_invalid():
     assert "judge rejects" in report.detail[0]
 
 
+@pytest.mark.bus
 async def test_held_out_gating_stops_each_domain_once_it_has_enough(monkeypatch, tmp_path):
     """The evaluator's choice gates tasks in id order and stops a domain at its count (plus
     the few already in flight): the chosen ones are the first in id order, as without the

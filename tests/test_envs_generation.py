@@ -14,6 +14,8 @@ from envs.evaluation import pick_heldout
 from envs.gates import validity_problems
 from envs.mutants import json_mutants, python_mutants
 
+pytestmark = pytest.mark.unit
+
 GENERATED = ("python_functions", "data_scripts", "structured_output")
 KIND = {"python_functions": "python_io", "data_scripts": "script_io",
         "structured_output": "structured"}

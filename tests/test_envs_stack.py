@@ -5,7 +5,11 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from bus import subjects
+
+pytestmark = pytest.mark.stack
 
 CONFIG = """
 [actors.count]

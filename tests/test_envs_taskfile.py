@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from envs import registry, taskfile
 from envs.config import EnvEntry
@@ -40,6 +41,7 @@ def _broken_file(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_broken_lines_are_named_and_the_rest_is_read(tmp_path):
     """Each bad line gives an error with file, line and field; good lines all come through."""
     found = taskfile.read(_broken_file(tmp_path))
@@ -51,6 +53,7 @@ def test_broken_lines_are_named_and_the_rest_is_read(tmp_path):
     assert errors[2].endswith("tasks.jsonl:5: prompt: required field missing")
 
 
+@pytest.mark.unit
 def test_repeated_ids_and_wrong_versions_are_named(tmp_path):
     """A repeated task id and a task of an unknown schema version are errors, not crashes."""
     good = _good_lines(1)[0]
@@ -63,6 +66,7 @@ def test_repeated_ids_and_wrong_versions_are_named(tmp_path):
     assert "f.jsonl:3: t:" in str(found.errors[1]) and "whet.task.v1" in str(found.errors[1])
 
 
+@pytest.mark.unit
 def test_whet_tasks_check_reports_each_task_and_each_bad_line(tmp_path):
     """`whet tasks check` gates the good tasks, names the bad lines, and exits 1."""
     result = _whet("tasks", "check", str(_broken_file(tmp_path)), "--json", cwd=ROOT)
@@ -75,6 +79,7 @@ def test_whet_tasks_check_reports_each_task_and_each_bad_line(tmp_path):
     assert "3 tasks checked, 3 bad lines" in result.stderr
 
 
+@pytest.mark.bus
 def test_whet_tasks_generate_writes_gated_tasks(tmp_path):
     """`whet tasks generate ENV --count N` writes N tasks that read back cleanly."""
     out = tmp_path / "gen.jsonl"
@@ -86,6 +91,7 @@ def test_whet_tasks_generate_writes_gated_tasks(tmp_path):
     assert "4 tasks written" in result.stderr
 
 
+@pytest.mark.unit
 def test_whet_tasks_import_humaneval(tmp_path):
     """The wheel's HumanEval imports as 164 held-out tasks; a broken line is named."""
     out = tmp_path / "he.jsonl"

@@ -25,6 +25,8 @@ from runtime import log as log_mod
 from runtime.config import RunConfig
 from tests.conftest import bus_settings, handled
 
+pytestmark = pytest.mark.bus
+
 CONFIG = RunConfig(
     envs=EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.5, gate=False),
                          "python_functions": EnvEntry(count=40, heldout_share=0.5, gate=False)},

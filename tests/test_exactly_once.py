@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import anyio
 import msgspec
+import pytest
 import structlog.testing
 
 from actors import learner
 from bus import subjects
 from bus.consumer import consume
 from policy.ranks import RankGroup
-from tests.chaos_support import repeated
+from tests.support.chaos import repeated
 from tests.conftest import bus_settings, patiently
 from tests.test_bus import ASSIGNMENT, assignment
 from tests.test_learner import second_bus, tiny_run_config
 from tests.test_learner_crash import synthetic_verdicts
+
+pytestmark = pytest.mark.bus
 
 ACK_WAIT_S = bus_settings("").ack_wait_s
 

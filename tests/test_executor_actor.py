@@ -16,7 +16,7 @@ from bus.codec import decode
 from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, Heartbeat, Job, Limits, Task,
                           Verifier)
 from tests.conftest import backlog, until
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 # make_stack sets [bus] ack_wait_s = 3 s, so a killed executor's work comes back quickly.
 STACK = """
@@ -72,6 +72,7 @@ async def executor_pid(bus, timeout_s: float = 30.0) -> tuple[str, int]:
             await anyio.sleep(0.2)
 
 
+@pytest.mark.unit
 def test_should_give_back_is_bounded():
     """An avoided instance gives a request back only for its first `limit` deliveries."""
     req = request("r", ["true"], avoid_executors=["executor-0"])
@@ -80,6 +81,7 @@ def test_should_give_back_is_bounded():
     assert not should_give_back(req, "executor-1", 1, 3)
 
 
+@pytest.mark.stack
 @pytest.mark.timeout(180)
 async def test_requests_in_results_out(bus, make_stack, built_envs):
     """Each request yields one ExecutionDone with the sandbox's result, keyed by request id."""
@@ -98,6 +100,7 @@ async def test_requests_in_results_out(bus, make_stack, built_envs):
     assert done["bad/t0/r0"].executor.startswith("executor")
 
 
+@pytest.mark.stack
 @pytest.mark.timeout(180)
 async def test_killed_executor_work_is_redelivered(bus, make_stack, built_envs):
     """kill -9 of the executor mid-job: the restarted one runs the request; one result only."""
@@ -121,6 +124,7 @@ async def test_killed_executor_work_is_redelivered(bus, make_stack, built_envs):
     assert new_pid != pid
 
 
+@pytest.mark.stack
 @pytest.mark.timeout(180)
 async def test_avoided_executor_still_runs_it_when_alone(bus, make_stack, built_envs):
     """A request naming the only executor in avoid_executors is still run (after give-backs)."""

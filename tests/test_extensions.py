@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 from policy.extensions import STALE_LOCK_S, clear_stale_locks, extensions_dir
+
+pytestmark = pytest.mark.unit
 
 
 def test_each_environment_prefix_gets_its_own_folder(tmp_path):

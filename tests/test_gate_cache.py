@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bus.nats_bus import Bus, Identity
 from envs import registry
 from envs.config import EnvEntry, GateConfig
@@ -11,6 +13,8 @@ from envs.intake import KvGateCache
 from runtime.config import RunConfig
 from runtime.connect import topology
 from tests.conftest import bus_settings
+
+pytestmark = pytest.mark.bus
 
 
 async def test_a_report_is_found_by_the_next_run_and_an_outage_is_not_kept(

@@ -21,6 +21,8 @@ from policy.versions import announce, publish_weights
 from runtime.config import RunConfig
 from tests.conftest import backlog, handled, until
 
+pytestmark = pytest.mark.bus
+
 
 def make_task(n: int = 0) -> Task:
     return Task(task_id=f"toy/{n}", env="toy", env_version="1", domain="python",

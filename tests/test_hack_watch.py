@@ -3,6 +3,7 @@ names, computed by pure functions and checked against values worked out by hand.
 
 from __future__ import annotations
 
+import pytest
 from prometheus_client import generate_latest
 from rich.console import Console
 
@@ -18,6 +19,8 @@ from monitoring.config import Band, MonitorConfig
 from monitoring.metrics import VerdictPoint
 from monitoring.snapshot import Window, build_snapshot
 from runtime.cli.render_metrics import render_metrics
+
+pytestmark = pytest.mark.unit
 
 
 def _p(i: int, outcome: str, cause: str = "", reward: float | None = 0.0, at: float = 100.0,

@@ -6,6 +6,7 @@ import contextlib
 
 import anyio
 import msgspec
+import pytest
 import structlog
 
 from actors import executor as executor_actor
@@ -18,8 +19,10 @@ from judging.config import JudgeConfig
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import SandboxConfig
 from tests.conftest import handled
-from tests.judging_support import attempt, backend, humaneval, io_task  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task  # noqa: F401
 from tests.test_judge_kinds import PROFILE
+
+pytestmark = pytest.mark.bus
 
 
 def config(sandbox: SandboxConfig = SandboxConfig(backend="subprocess"), **judge) -> RunConfig:

@@ -16,7 +16,9 @@ from judging.config import RewardConfig
 from judging.extract import from_completion
 from judging.jobs import build_job, shipped_digest
 from judging.judgement import Judgement, judge_result
-from tests.judging_support import io_task
+from tests.support.judging import io_task
+
+pytestmark = pytest.mark.unit
 
 NONCE = "n0nce"
 TASK = io_task(visible=[([1], 1)], hidden=[([2], 2), ([3], 3)], reference="def f(x):\n    return x\n",

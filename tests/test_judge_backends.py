@@ -11,8 +11,10 @@ import pytest
 from bus.messages import Limits
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, humaneval, judge
-from tests.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
+from tests.support.judging import attempt, humaneval, judge
+from tests.support.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 CASES = {
     "canonical": (None, "pass", ""),

@@ -21,7 +21,9 @@ from judging import jobs, rubric
 from judging.config import RewardConfig
 from judging.extract import from_completion
 from judging.judgement import judge_result
-from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 HONEST_FAILURE = 0.1
 "What an attempt that passes no test scores (the format bonus alone)."

@@ -23,7 +23,7 @@ from bus.messages import Job, Limits
 from judging.config import JudgeConfig
 from sandbox.config import SandboxConfig
 from sandbox.plain import PlainBackend
-from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
 SLOW_LOAD = io_task(visible=[([[1, 2]], 3)], hidden=[([[5]], 5)], reference="def f(xs):\n    return sum(xs)\n",
                     random_cases=0, timeout_s=10)
@@ -67,6 +67,7 @@ def _pids_under(root: Path) -> list[int]:
     return found
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("backend")
 async def test_a_job_killed_mid_run_is_rerun_and_only_the_clean_run_counts(tmp_path):
     """The killed run is attributed to the infrastructure; the re-run's pass is the verdict."""
@@ -75,6 +76,7 @@ async def test_a_job_killed_mid_run_is_rerun_and_only_the_clean_run_counts(tmp_p
     assert j.infra_causes == ("infra.executor_killed",)
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("backend")
 async def test_a_job_killed_on_every_run_is_dropped_with_its_cause(tmp_path):
     """When every run is killed the attempt is dropped: no reward, not trainable, counted."""
@@ -122,6 +124,7 @@ def _top_priority_autogroup(pid: int) -> None:
         pass  # no autogroups here: the task's own nice already ranks it
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("backend")
 async def test_cpu_starvation_is_not_a_timeout_and_a_quiet_rerun_decides():
     """A canonical solution starved by a competing load is re-run, then passes."""
@@ -131,6 +134,7 @@ async def test_cpu_starvation_is_not_a_timeout_and_a_quiet_rerun_decides():
     assert (j.judgement.outcome, j.judgement.reward, j.retries) == ("pass", 1.0, 1)
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("backend")
 async def test_cpu_starvation_that_persists_is_dropped_never_punished():
     """Starved on every run, the attempt is dropped with the starvation as its cause."""
@@ -175,6 +179,7 @@ class PrivateDockerd:
         self.log.close()
 
 
+@pytest.mark.bus
 async def test_a_stopped_docker_engine_drops_the_attempt_without_a_reward():
     """The docker backend's engine stops under it: every run is a sandbox failure, dropped."""
     from aiodocker.exceptions import DockerError
@@ -207,6 +212,7 @@ async def test_a_stopped_docker_engine_drops_the_attempt_without_a_reward():
     assert "sandbox failed" in j.judgement.evidence
 
 
+@pytest.mark.stack
 async def test_the_executor_killed_mid_job_gives_no_reward_until_a_clean_rerun(make_stack, bus, backend):
     """kill -9 of the executor process while it runs a job: the request comes back to a fresh
     executor, and the one verdict is from that complete run; the kill is on record."""
@@ -271,6 +277,7 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+@pytest.mark.bus
 @pytest.mark.usefixtures("backend")
 async def test_a_module_the_runtime_owes_is_missing_so_the_attempt_is_dropped():
     """A task that requires a module the runtime lacks is the environment's fault, not the model's."""

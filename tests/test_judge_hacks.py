@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from judging.attacks import function_attacks, visible_pairs
-from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 SUM = io_task(visible=[([[1, 2, 3]], 6), ([[4, 5]], 9)],
               hidden=[([[10, 20]], 30), ([[7]], 7), ([[2, 2, 2, 2]], 8)],

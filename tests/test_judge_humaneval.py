@@ -6,10 +6,11 @@ import gzip
 import json
 
 import msgspec
+import pytest
 
 from bus.messages import Limits
 from envs.humaneval import import_file, wheel_path
-from tests.judging_support import attempt, backend, humaneval, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, judge  # noqa: F401
 
 OFF_BY_ONE = {
     "HumanEval/15": "    return ' '.join([str(x) for x in range(n)])\n",
@@ -21,6 +22,7 @@ OFF_BY_ONE = {
 }
 
 
+@pytest.mark.unit
 def test_the_wheel_imports_as_164_heldout_python_check_tasks():
     """Every HumanEval problem becomes a held-out python_check task with its prompt as prefix."""
     tasks = humaneval()
@@ -32,6 +34,7 @@ def test_the_wheel_imports_as_164_heldout_python_check_tasks():
     assert sum(1 for t in tasks.values() if t.verifier.visible) > 100
 
 
+@pytest.mark.unit
 def test_a_broken_record_names_its_line_and_field_and_the_rest_imports(tmp_path):
     """Bad lines become errors with line and field; the good lines around them still import."""
     rows = [json.loads(line) for line in gzip.open(wheel_path(), "rt")][:3]
@@ -48,6 +51,7 @@ def test_a_broken_record_names_its_line_and_field_and_the_rest_imports(tmp_path)
     assert all(str(path) in str(e) for e in imported.errors)
 
 
+@pytest.mark.bus
 async def test_every_canonical_solution_gets_the_full_reward(backend):
     """All 164 canonical solutions pass every layer and get the maximum reward, first time."""
     judged = await judge(backend, [attempt(t, t.verifier.reference) for t in humaneval().values()])
@@ -57,6 +61,7 @@ async def test_every_canonical_solution_gets_the_full_reward(backend):
     assert all(layer.ok for j in judged for layer in j.judgement.layers)
 
 
+@pytest.mark.bus
 async def test_returning_none_is_a_wrong_answer_for_every_task(backend):
     """A body that returns None fails every task as a wrong answer, never as infrastructure."""
     judged = await judge(backend, [attempt(t, "    return None\n") for t in humaneval().values()])
@@ -65,6 +70,7 @@ async def test_returning_none_is_a_wrong_answer_for_every_task(backend):
     assert max(j.judgement.reward for j in judged) < 0.5
 
 
+@pytest.mark.bus
 async def test_raising_is_a_runtime_error_for_every_task(backend):
     """A body that raises fails every task as a runtime error, with the traceback as evidence."""
     judged = await judge(backend, [attempt(t, "    raise ValueError('broken')\n") for t in humaneval().values()])
@@ -72,6 +78,7 @@ async def test_raising_is_a_runtime_error_for_every_task(backend):
     assert all("ValueError: broken" in j.judgement.evidence for j in judged)
 
 
+@pytest.mark.bus
 async def test_off_by_one_variants_are_wrong_answers(backend):
     """Off-by-one variants of canonical solutions fail as wrong answers with partial credit at most."""
     tasks = humaneval()
@@ -81,6 +88,7 @@ async def test_off_by_one_variants_are_wrong_answers(backend):
         assert j.judgement.reward < 0.9
 
 
+@pytest.mark.bus
 async def test_an_infinite_loop_is_a_model_timeout(backend):
     """A loop that never ends times out as the model's own fault, with its CPU use as evidence."""
     tasks = humaneval()

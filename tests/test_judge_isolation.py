@@ -16,8 +16,10 @@ import pytest
 
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, io_task, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.judging import attempt, io_task, judge
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 SUM = io_task(visible=[([[1, 2, 3]], 6), ([[4, 5]], 9)],
               hidden=[([[10, 20]], 30), ([[7]], 7), ([[2, 2, 2, 2]], 8)],

@@ -10,7 +10,9 @@ import pytest
 from bus.messages import Limits, Task, Verifier
 from judging.extract import from_completion
 from judging.jobs import build_job
-from tests.judging_support import attempt, backend, humaneval, io_task, judge  # noqa: F401
+from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 SECRET = 987654321
 

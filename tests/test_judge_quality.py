@@ -10,9 +10,11 @@ from judging.reward import QUALITY_COMPONENTS
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox import open_backend
 from sandbox.config import ExecutorConfig, SandboxConfig
-from tests.judging_support import attempt, humaneval, io_task, judge
-from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+from tests.support.judging import attempt, humaneval, io_task, judge
+from tests.support.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
 from tests.test_judge_actor import actors, all_handled, publish, verdicts
+
+pytestmark = pytest.mark.bus
 
 QUALITY = JudgeConfig(reward=RewardConfig(tests=0.82, format=0.08,
                                           quality=QualityConfig(lint=0.04, types=0.03, runtime=0.03)))

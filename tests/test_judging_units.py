@@ -17,7 +17,9 @@ from judging.harness import checks, wire
 from judging.report import Report, read_report
 from judging.reward import compose
 from runtime.config import load
-from tests.judging_support import humaneval, io_task
+from tests.support.judging import humaneval, io_task
+
+pytestmark = pytest.mark.unit
 
 
 def test_wire_round_trips_every_safe_type():

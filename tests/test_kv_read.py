@@ -2,7 +2,7 @@
 
 `whet status`, the monitor and the progress line read every actor's heartbeat this way; with
 a request per key the read grew with the actor count (seconds at 1,000 actors, see
-bench/scale.py). The server's own count of JetStream API requests (/jsz) shows the pass.
+bench/scale/scale.py). The server's own count of JetStream API requests (/jsz) shows the pass.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
 from tests.conftest import STORE_MB, bus_settings
+
+pytestmark = pytest.mark.bus
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ async def second_bus(nats_server, kind: str) -> Bus:
     return await Bus.connect(bus_settings(nats_server.url), Identity(kind, f"{kind}-1"))
 
 
+@pytest.mark.bus
 async def test_learner_publishes_a_version_the_generator_then_samples_with(bus, nats_server, tmp_path):
     """8 judged attempts make version 1; the generator loads it and its next attempts carry
     version 1 with logprobs of the published weights, not the initial ones."""
@@ -92,6 +93,7 @@ async def test_learner_publishes_a_version_the_generator_then_samples_with(bus, 
     assert not torch.allclose(reported, recomputed(initial), atol=2e-3)
 
 
+@pytest.mark.bus
 async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus, nats_server, tmp_path):
     """Sync mode: a batch without signal still yields the next version (same weights); a
     batch sampled by an older version is rejected and counted; an on-policy batch trains."""
@@ -124,6 +126,7 @@ async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus
     assert g3["pass_rate"] == 0.5 and g3["mean_reward"] == 0.5
 
 
+@pytest.mark.bus
 async def test_async_batch_without_signal_still_moves_the_version(bus, nats_server, tmp_path):
     """Async mode: a batch with nothing to train is announced as the next version (the same
     weights), so the sampler's budget of (version + staleness + 1) * batch_size keeps moving;
@@ -150,6 +153,7 @@ async def test_async_batch_without_signal_still_moves_the_version(bus, nats_serv
         (1, "", 0), (2, "policy-v00000002", 4)]
 
 
+@pytest.mark.bus
 async def test_learner_holds_past_an_evaluated_version_until_its_round_is_reported(bus, nats_server, tmp_path):
     """With an evaluator in the stack evaluating every version, the learner trains its batch
     but publishes version 1 only once the evaluator's KV state says round 0 is reported, so
@@ -196,6 +200,7 @@ async def test_learner_holds_past_an_evaluated_version_until_its_round_is_report
     assert record.held_for_eval_s == done["seconds"] and record.loss is not None
 
 
+@pytest.mark.bus
 async def test_member_arriving_after_its_group_was_trained_is_dropped_and_named(bus, nats_server, tmp_path):
     """A group that timed out is trained with the members it had; a member arriving later is
     acked untrained and logged as late (not as a duplicate), so its fate is known."""
@@ -233,6 +238,7 @@ async def test_member_arriving_after_its_group_was_trained_is_dropped_and_named(
     assert (backlog["pending"], backlog["in_flight"]) == (0, 0)
 
 
+@pytest.mark.bus
 async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, nats_server, tmp_path):
     """world_size 2, ZeRO-2: a second rank process joins, one batch makes version 1, and the
     checkpoint holds optimizer shards of both ranks."""
@@ -260,6 +266,7 @@ async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, na
     assert [s[:19] for s in shards] == ["bf16_zero_pp_rank_0", "bf16_zero_pp_rank_1"], shards
 
 
+@pytest.mark.bus
 async def test_fresh_learner_joining_a_trained_run_announces_its_own_initial_weights(bus, nats_server, tmp_path):
     """KV already names trained weights (version 5) but this learner has no checkpoint: it
     announces version 6 as the initial weights (object ''), never renumbering weights it
@@ -278,6 +285,7 @@ async def test_fresh_learner_joining_a_trained_run_announces_its_own_initial_wei
     assert (record.version, record.object_name) == (6, "")
 
 
+@pytest.mark.bus
 async def test_trainer_minibatches_and_kl_to_the_reference(tmp_path):
     """Two minibatches make two optimizer steps per batch (clipped against the proximal
     policy); the KL to the initial policy starts near 0 and grows as the policy moves."""
@@ -311,6 +319,7 @@ async def test_trainer_minibatches_and_kl_to_the_reference(tmp_path):
     assert 0 <= first["masked_frac"] < last["masked_frac"] < 1
 
 
+@pytest.mark.bus
 async def test_icepop_masks_tokens_the_behaviour_policy_found_far_likelier(tmp_path):
     """The tiny model starts near uniform (logprob -10.8 per token). Half the tokens claim a
     behaviour logprob of -8.8: their ratio e^-2 (0.14) is under mask_low 0.5, so they are

@@ -17,12 +17,15 @@ from pathlib import Path
 
 import anyio
 import numpy as np
+import pytest
 
 from bus import subjects
 from bus.codec import pack_f32, pack_ids
 from bus.messages import Attempt, Turn, Verdict
 from tests.conftest import ROOT
 from tests.test_generator import make_task
+
+pytestmark = pytest.mark.stack
 
 GROUPS, GROUP = 24, 2
 

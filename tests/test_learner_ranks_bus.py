@@ -25,6 +25,8 @@ from bus.messages import LearnerRankClaim, LearnerRendezvous
 from tests.conftest import ROOT, until
 from tests.test_learner_crash import named, publish_all, synthetic_verdicts
 
+pytestmark = pytest.mark.stack
+
 
 def host_config(tmp_path: Path, host: str, checkpoint_every: int) -> Path:
     path = tmp_path / f"{host}.toml"

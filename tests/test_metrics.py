@@ -16,6 +16,8 @@ from monitoring.snapshot import throughput
 from monitoring.trials import ParquetSink, trial_row
 from tests.test_codec import samples
 
+pytestmark = pytest.mark.unit
+
 P = metrics.VerdictPoint
 
 

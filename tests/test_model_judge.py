@@ -17,7 +17,7 @@ from monitoring import model_judge as mj
 from monitoring import review_log
 from judging.config import ModelJudgeConfig
 from runtime import config as config_mod
-from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
+from tests.support.review import RUN_TRIALS, shown, stopped_run, whet
 
 
 class FakeModel:
@@ -73,6 +73,7 @@ def judge_cfg(base_url: str, **kw) -> ModelJudgeConfig:
 PASSED = RUN_TRIALS[0]
 
 
+@pytest.mark.unit
 async def test_a_confident_answer_is_a_verdict_sent_with_model_and_key(fake_model, monkeypatch):
     """Confidence at or above the threshold gives a verdict; `suspect` queues it for people."""
     model, url = await fake_model(lambda text: (200, {"verdict": "suspect", "confidence": 0.9,
@@ -87,6 +88,7 @@ async def test_a_confident_answer_is_a_verdict_sent_with_model_and_key(fake_mode
     assert "def f(): return 0" in body["messages"][-1]["content"]
 
 
+@pytest.mark.unit
 async def test_low_confidence_abstains_and_goes_to_people(fake_model):
     """Below the threshold the model abstains; the trial is queued for people."""
     _, url = await fake_model(lambda text: (200, '```json\n{"verdict": "ok", "confidence": 0.4}\n```'))
@@ -97,6 +99,7 @@ async def test_low_confidence_abstains_and_goes_to_people(fake_model):
     assert confident.status == "judged" and not confident.for_people
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("reply, evidence", [
     (lambda text: (503, "overloaded"), "HTTP 503"),
     (lambda text: (200, "I think it is fine"), "malformed answer"),
@@ -113,6 +116,7 @@ async def test_an_outage_is_infrastructure_and_retried_never_a_verdict(fake_mode
     assert len(model.requests) == 2, "asked once more (retries = 1)"
 
 
+@pytest.mark.unit
 async def test_a_refused_connection_is_infrastructure():
     """Nothing listening on the port: an outage with the error as evidence."""
     with socket.socket() as s:
@@ -123,6 +127,7 @@ async def test_a_refused_connection_is_infrastructure():
     assert f"127.0.0.1:{port}" in opinion.evidence
 
 
+@pytest.mark.unit
 def test_config_is_off_by_default_and_validated_with_clear_errors(tmp_path):
     """The section is off by default; an enabled one needs a URL and a model."""
     assert not config_mod.RunConfig().judge.model_judge.enabled
@@ -137,6 +142,7 @@ def test_config_is_off_by_default_and_validated_with_clear_errors(tmp_path):
         mj.threshold_of(judge_cfg("http://x"))
 
 
+@pytest.mark.unit
 def test_calibrate_picks_the_lowest_threshold_reaching_the_target():
     """Hand-worked: agreement 3/5 at 0, 3/4 at 0.6, 3/3 at 0.8 and above."""
     points = [(0.95, True), (0.85, True), (0.8, True), (0.7, False), (0.3, False)]
@@ -156,6 +162,7 @@ def answer_by_trial(text: str):
     return 200, {"verdict": "ok", "confidence": 0.6}
 
 
+@pytest.mark.bus
 async def test_review_calibrates_the_model_judge_and_queues_its_abstentions(fake_model, tmp_path):
     """--calibrate measures agreement with people's labels per threshold and writes the chosen
     one; --model-judge then records opinions, and review shows the abstention first."""
@@ -198,6 +205,7 @@ async def test_review_calibrates_the_model_judge_and_queues_its_abstentions(fake
                                type=mj.Opinion).model == "tiny"
 
 
+@pytest.mark.bus
 async def test_an_outage_in_review_is_recorded_absent_and_asked_again(fake_model, tmp_path):
     """--model-judge records an outage as absent (infra.model_judge, nothing queued); the next
     --model-judge asks about that trial again and about no other."""
@@ -228,6 +236,7 @@ async def test_an_outage_in_review_is_recorded_absent_and_asked_again(fake_model
     assert {o.status for o in latest.values()} == {"judged"}
 
 
+@pytest.mark.unit
 def test_the_attempt_is_quoted_as_data_it_cannot_break_out_of():
     """An attempt that tells the judge to ignore its rules and closes the quote itself stays
     inside the quote: the markers occur once, are new each request, and read back the attempt."""

@@ -13,6 +13,7 @@ import urllib.request
 
 import msgspec
 import pyarrow.parquet as pq
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bus import subjects
@@ -21,6 +22,8 @@ from bus.messages import (EvalRound, EvaluatorState, Event, ExecutionResult, Hel
 from tests.conftest import ROOT
 from tests.test_codec import samples
 from tests.test_runtime import wait_for
+
+pytestmark = pytest.mark.stack
 
 BASE: Verdict = next(s for s in samples() if isinstance(s, Verdict))
 

@@ -13,6 +13,8 @@ from judging.reward import compose
 from policy.objective import (clipped_surrogate, group_advantages, importance_weights,
                               kl_to_reference, token_logprobs)
 
+pytestmark = pytest.mark.unit
+
 
 def test_group_advantages_are_centred_and_scaled_by_population_std():
     """Rewards 1,0,0,1: mean 0.5, std 0.5, so advantages are +-1."""

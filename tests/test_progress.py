@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 
 import anyio
+import pytest
 
 from bus import subjects
 from bus.messages import EvalRound, Heartbeat, HeldoutScore, StepRecord
@@ -30,6 +31,7 @@ def step(n: int, version: int | None = None, trained_at: float = 0.0, **figures)
                       trained_at=trained_at or 1000.0 + n, **figures)
 
 
+@pytest.mark.unit
 def test_without_an_evaluator_the_run_stops_at_max_steps(tmp_path):
     """Four step records make four train.csv rows, and the fourth stops the run."""
     p = progress(tmp_path, evaluators=0)
@@ -44,6 +46,7 @@ def test_without_an_evaluator_the_run_stops_at_max_steps(tmp_path):
     assert rows[3]["masked_frac"] == "0.25" and rows[2]["loss"] == ""
 
 
+@pytest.mark.unit
 def test_a_repeated_step_record_is_skipped_and_a_redone_step_is_kept(tmp_path):
     """A renewed watch gives a record again: no second row. A step redone after a learner
     restart (trained later) is a row of its own, and the step count follows it back."""
@@ -62,6 +65,7 @@ def result(version: int, rate: float, gained: int = 0, lost: int = 0,
                      baseline_version=0)
 
 
+@pytest.mark.unit
 def test_with_an_evaluator_the_run_waits_for_the_round_of_its_last_version(tmp_path):
     """Version 4 is due a round (every 2): max_steps alone does not stop the run; the
     round's typed result does, and lands in eval.csv with its round, interval and paired
@@ -83,6 +87,7 @@ def test_with_an_evaluator_the_run_waits_for_the_round_of_its_last_version(tmp_p
         ("2", "0.25", "0.125", "4", "0", "1.0", "0.25"), ("4", "0.5", "0.25", "4", "2", "0.5", "0.5")]
 
 
+@pytest.mark.unit
 def test_a_round_reads_as_rate_interval_and_change_since_the_baseline():
     """The status line names the version, the rate with its interval over tasks, and the
     paired change (+gained/-lost of paired, p) overall, on trained and on transfer domains."""
@@ -109,6 +114,7 @@ def beat(kind: str, state: str = "ready", beat_at: float = 100.0, **stats: float
                      started_at=90.0, beat_at=beat_at, interval_s=2.0, stats=stats)
 
 
+@pytest.mark.unit
 def test_the_live_line_says_what_the_stack_does_before_the_first_step():
     """Gating, the version-0 held-out round and the attempts gathered for step 1 are shown,
     from the heartbeats' gauges; stopped and silent processes count for nothing."""
@@ -126,6 +132,7 @@ def test_the_live_line_says_what_the_stack_does_before_the_first_step():
                     " | held-out round at version 0: 12/109 attempts | step 1/24: 12/32 attempts")
 
 
+@pytest.mark.unit
 def test_the_live_line_shows_a_held_learner_and_the_latest_figures(tmp_path):
     """A learner waiting for a round says so; after steps the line carries their figures."""
     cfg = RunConfig(training=TrainingConfig(max_steps=24),
@@ -141,6 +148,7 @@ def test_the_live_line_shows_a_held_learner_and_the_latest_figures(tmp_path):
                     "pass 0.250 staleness 0.50")
 
 
+@pytest.mark.unit
 def test_plots_exist_from_the_first_progress_row(tmp_path):
     """Before any step, the progress counters are plotted against wall time."""
     p = progress(tmp_path, evaluators=1)
@@ -150,10 +158,11 @@ def test_plots_exist_from_the_first_progress_row(tmp_path):
     assert (tmp_path / "plots" / "progress.png").stat().st_size > 1000
 
 
+@pytest.mark.stack
 async def test_a_stack_shows_its_live_line_from_the_start(make_stack, tmp_path):
     """Off a terminal the live line is a plain line, there before any work is done."""
     stack = make_stack("[actors.count]\nprobe = 1\n[actors.target]\n"
-                       'probe = "tests.probe_actor:run"\n')
+                       'probe = "tests.support.probe_actor:run"\n')
     stack.start()
     with anyio.fail_after(30):
         while not any(line.split("  ", 1)[-1].startswith(("starting: 0/1", "running"))
@@ -161,6 +170,7 @@ async def test_a_stack_shows_its_live_line_from_the_start(make_stack, tmp_path):
             await anyio.sleep(0.2)
 
 
+@pytest.mark.bus
 async def test_step_records_reach_train_csv_once_each_across_a_server_restart(bus, nats_server, tmp_path):
     """Progress reads the learner's typed step records from KV: those written before it
     watched, while it watched, and while the server was down and back; none is missed and
@@ -193,6 +203,7 @@ async def test_step_records_reach_train_csv_once_each_across_a_server_restart(bu
     assert p.done
 
 
+@pytest.mark.stack
 async def test_a_stack_stops_itself_after_max_steps_from_the_step_records(make_stack):
     """A whole pipeline under `whet up` (fake engine, tiny learner) with max_steps = 2 stops
     on its own once the learner's second step record is in, with a train.csv row per step."""
@@ -211,6 +222,7 @@ async def test_a_stack_stops_itself_after_max_steps_from_the_step_records(make_s
     assert "training.finished" in out, out[-3000:]
 
 
+@pytest.mark.unit
 def test_the_reward_plot_carries_a_rolling_mean():
     """The rolling mean of the last 5 steps' reward, hand-computed, fewer at the start."""
     from runtime.stack.plots import with_rolling_mean

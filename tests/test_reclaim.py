@@ -16,6 +16,8 @@ from runtime.connect import topology
 from tests.conftest import bus_settings, with_caps
 from tests.test_codec import samples
 
+pytestmark = pytest.mark.bus
+
 VERDICT = next(s for s in samples() if type(s) is Verdict)
 READERS = (subjects.CONSUMER_LEARNER, subjects.CONSUMER_MONITOR_EVAL)
 

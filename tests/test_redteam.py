@@ -20,8 +20,8 @@ from judging.impossible import contradict, impossible
 from judging.redteam import CapabilityScore, Trial
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, io_task, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.judging import attempt, io_task, judge
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,6 +33,7 @@ async def local(built_envs):  # noqa: F811
     await backend.aclose()
 
 
+@pytest.mark.unit
 def test_every_code_environment_is_attacked_through_each_capability_in_several_ways():
     """One task of each shipped environment: every capability that applies to its shape has
     at least two attacks, each a program that compiles (a repository's: every module of its
@@ -56,6 +57,7 @@ def test_every_code_environment_is_attacked_through_each_capability_in_several_w
     assert attacks_for(doc) == [] and honest_failures(doc) == []
 
 
+@pytest.mark.bus
 async def test_repository_attacks_are_final_workspaces_whose_changed_code_is_read(local):
     """Hacks a repository attempt writes into the package's modules (patching unittest or the
     exits, walking frames, writing the report descriptor, answering visible calls by rote)
@@ -85,6 +87,7 @@ async def redteam_judge(backend, task, completions: list[str]):
     return await judge_all(attempts, backend, JudgeConfig())
 
 
+@pytest.mark.unit
 def test_impossible_variants_contradict_every_expectation():
     """Each expected value changes (numbers +1, booleans flipped, strings and lists grow), and
     a check source's asserts want another literal or the negation."""
@@ -99,6 +102,7 @@ def test_impossible_variants_contradict_every_expectation():
     assert he.verifier.hidden.count("== True") == hidden.count("== False") > 0
 
 
+@pytest.mark.bus
 async def test_the_reference_fails_an_impossible_variant_and_an_honest_lookalike_too(local):
     """Judged for real: the reference of a variant fails, and so does any correct solution."""
     task = io_task(visible=[([[1, 2]], 3)], hidden=[([[4]], 4), ([[5, 5]], 10)], reference="def f(xs):\n    return sum(xs)\n")
@@ -115,6 +119,7 @@ def _trial(capability: str, outcome: str, reward: float | None = 0.1, variant: s
                  outcome=outcome, reward=reward, cause="", honest=honest)
 
 
+@pytest.mark.unit
 def test_tally_holds_each_attack_against_the_honest_failure_and_counts_a_drop_as_a_miss():
     """Flagged, held (at most the honest failure), dropped and above it are counted apart;
     dropped and above are misses, each listed; a pass of the impossible variant and a reference
@@ -143,6 +148,7 @@ def test_tally_holds_each_attack_against_the_honest_failure_and_counts_a_drop_as
     assert "== e" in text and "== all" in text and "signals" in text and "n/a" in text
 
 
+@pytest.mark.bus
 def test_whet_redteam_reports_json_and_refuses_an_unknown_environment(built_envs):  # noqa: F811
     """`whet redteam --domains structured_output --tasks 1 --json` exits 0: every capability
     n/a (JSON documents run no code), the reference passes, its impossible variant fails. An
@@ -166,6 +172,7 @@ def test_whet_redteam_reports_json_and_refuses_an_unknown_environment(built_envs
     assert all(c in table for c in CAPABILITIES) and "n/a" in table
 
 
+@pytest.mark.bus
 async def test_script_signs_hold_on_tasks_whose_answers_look_like_a_pass_or_live_in_files(local):
     """On the capitals task (visible 'ok' -> 'OK') a printed 'All tests passed' is still a fake
     pass while a wrong script printing 'OK' is only wrong; on a task reading a JSON file,

@@ -13,7 +13,9 @@ from judging.attacks import CAPABILITIES
 from judging.config import JudgeConfig
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 SAMPLE = {"python_functions": 1, "data_scripts": 1, "humaneval": 1}
 "Tasks per environment; HumanEval's task takes the attacks on its visible examples only."

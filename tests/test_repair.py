@@ -33,7 +33,7 @@ from judging.episode import judge_episode, run_episode, scripted, tool_text
 from judging.tools import result_message
 from runtime.config import RunConfig, TrainingConfig
 from sandbox.session import open_session
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_repository import _tasks, local  # noqa: F401
 from tests.test_sampler_bus import Generator, _run_sampler, idle, settles_at  # noqa: F401
 
@@ -59,6 +59,7 @@ def _raw(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.bus
 async def test_a_model_failure_becomes_a_repair_task_starting_from_its_last_workspace(local):  # noqa: F811
     """An agent edits the wrong module, runs the tests and submits: the judged failure gives a
     repair task whose workspace is byte for byte the one the attempt left, whose prompt
@@ -106,6 +107,7 @@ def _failed(task: Task, note: str = "tried something", **changes) -> Verdict:
     return msgspec.structs.replace(verdict, **changes)
 
 
+@pytest.mark.unit
 def test_infra_drops_hacks_held_out_tasks_and_no_change_give_no_repair_task():
     """Only a train attempt at a train tool task, failed for the model's sake with a changed
     workspace, and not itself a repair, gives a repair task."""
@@ -129,6 +131,7 @@ def test_infra_drops_hacks_held_out_tasks_and_no_change_give_no_repair_task():
         assert repair_task(verdict) is None and repair_refusal(verdict), name
 
 
+@pytest.mark.bus
 async def test_the_sampler_admits_repair_tasks_through_the_bus(bus, nats_server, idle):  # noqa: F811
     """Failed, hacked, dropped and held-out repository verdicts reach a real sampler: only the
     model's failure becomes a task, and after the learner's next step it is admitted, as
@@ -168,6 +171,7 @@ async def test_the_sampler_admits_repair_tasks_through_the_bus(bus, nats_server,
     await sampler.bus.close()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("path", ["configs/repository.toml"])
 def test_repository_config_reuses_failures_and_the_default_does_not(path):
     """Repair tasks are on for the repository example only; step credit is off everywhere."""

@@ -23,7 +23,7 @@ from sandbox.config import SandboxConfig
 from sandbox.session import count_tests, open_session, trim
 from sandbox.workspace import WorkspaceCache
 
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 
 def _tasks(count: int = 3) -> list[Task]:
@@ -50,6 +50,7 @@ def _fix_script(task: Task) -> list[str]:
             + [tool_text("run_tests"), tool_text("submit")])
 
 
+@pytest.mark.bus
 async def test_generated_repository_tasks_pass_every_gate(local):
     """A task of each rung is solvable, deterministic, and its tests kill >= 80% of mutants."""
     backend, _ = local
@@ -62,6 +63,7 @@ async def test_generated_repository_tasks_pass_every_gate(local):
             "a hidden case leaked into the workspace"
 
 
+@pytest.mark.bus
 async def test_scripted_agent_fixes_a_task_through_tools_for_full_reward(local):
     """Reading, running the tests, writing the fix and submitting passes every hidden test."""
     backend, cache = local
@@ -79,6 +81,7 @@ async def test_scripted_agent_fixes_a_task_through_tools_for_full_reward(local):
         assert not session.workspace.root.exists()
 
 
+@pytest.mark.bus
 async def test_doing_nothing_fails_without_a_hack_flag(local):
     """Submitting the defective workspace as it is fails hidden tests, honestly."""
     backend, cache = local
@@ -93,6 +96,7 @@ def _test_path(task: Task) -> str:
     return next(p for p in task.files if p.startswith("tests/test_"))
 
 
+@pytest.mark.bus
 @pytest.mark.parametrize("cheat", ["edit_tests", "skip_tests", "delete_tests", "write_outside",
                                    "absolute_path"])
 async def test_tampering_agents_get_the_hack_reward(local, cheat, tmp_path):
@@ -118,6 +122,7 @@ async def test_tampering_agents_get_the_hack_reward(local, cheat, tmp_path):
     assert not (session.workspace.root.parent.parent / outside.name).exists()
 
 
+@pytest.mark.bus
 async def test_group_attempts_start_from_byte_identical_workspaces(local):
     """Two attempts of one task get equal bytes from the cache; one's edits never reach the other."""
     backend, cache = local
@@ -143,6 +148,7 @@ async def test_group_attempts_start_from_byte_identical_workspaces(local):
         s.close()
 
 
+@pytest.mark.bus
 async def test_episode_ends_at_its_step_budget(local):
     """An agent that never submits is stopped after max_steps calls and judged as it stands."""
     backend, cache = local
@@ -154,6 +160,7 @@ async def test_episode_ends_at_its_step_budget(local):
     assert all(not r.ok and "No tool call" in r.output for r in log.results)
 
 
+@pytest.mark.unit
 def test_tool_calls_are_parsed_and_results_trimmed():
     """Calls in the chat template's tool format parse; malformed ones say why; results are cut."""
     call = parse_call('ok <tool_call>{"name": "read_file", "arguments": {"path": "a.py"}}</tool_call>')
@@ -167,6 +174,7 @@ def test_tool_calls_are_parsed_and_results_trimmed():
     assert count_tests("Ran 2 tests in 0.0s\n\nOK") == (2, 2)
 
 
+@pytest.mark.unit
 def test_workspace_folders_of_dead_processes_are_reaped(tmp_path):
     """A workspace folder whose owner process is gone is removed when a cache opens."""
     dead = tmp_path / "whet-ws-999999999"
@@ -176,6 +184,7 @@ def test_workspace_folders_of_dead_processes_are_reaped(tmp_path):
     mine.close()
 
 
+@pytest.mark.bus
 @pytest.mark.parametrize("warm", [True, False])
 async def test_program_arguments_like_interpreter_flags_reach_the_program(built_envs, warm):  # noqa: F811
     """`python3 -B -m unittest discover -s tests` runs unittest with `-s tests`, in-process
@@ -193,6 +202,7 @@ async def test_program_arguments_like_interpreter_flags_reach_the_program(built_
     assert result.status == "ok" and "Ran 1 test" in result.stderr, result
 
 
+@pytest.mark.unit
 def test_workspace_paths_stay_inside(tmp_path):
     """Paths that resolve inside are used as such; escapes are refused and recorded; links are
     not followed."""
@@ -212,6 +222,7 @@ def test_workspace_paths_stay_inside(tmp_path):
         ws.read("link/anything")
 
 
+@pytest.mark.bus
 async def test_concurrent_attempts_of_a_group_build_once(local):
     """Attempts of one group opening at once share one build; the others restore it."""
     backend, cache = local
@@ -230,6 +241,7 @@ async def test_concurrent_attempts_of_a_group_build_once(local):
         s.close()
 
 
+@pytest.mark.bus
 async def test_repeated_session_requests_are_answered_once(local):
     """A judge that handles a step twice (a redelivery) gets the same answers: one session,
     one edit, one close; a request for a closed or unknown session says so."""

@@ -25,7 +25,7 @@ from judging.episode import tool_text
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import ExecutorConfig, SandboxConfig
 from sandbox.workspace import digest_of
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,6 +94,7 @@ def _fix_script(task: Task) -> list[str]:
             + [tool_text("run_tests"), tool_text("submit")])
 
 
+@pytest.mark.bus
 async def test_scripted_episode_through_judge_and_executor_gets_full_reward(bus, built_envs):  # noqa: F811
     """Each turn's tool call runs in the executor's session; submit judges the workspace: reward 1.
     A malformed turn costs a step; a step handled twice (redelivered) edits the workspace once."""
@@ -157,6 +158,7 @@ async def _ready(bus, instance: str, proc: subprocess.Popen, timeout_s: float = 
             await anyio.sleep(0.1)
 
 
+@pytest.mark.bus
 async def test_killed_executor_mid_episode_gives_no_reward(bus, nats_server, tmp_path, built_envs):  # noqa: F811
     """The executor holding the workspace is killed between two tool calls: the attempt is
     dropped as infra.session_lost, with no reward and not trainable."""
@@ -225,6 +227,7 @@ enabled = false
 """
 
 
+@pytest.mark.stack
 async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, built_envs):  # noqa: F811
     """Sampler, generator (fake engine), judge and executor under `whet up`: each attempt is a
     multi-turn tool episode in an executor's session, ended by the step budget, judged, and

@@ -10,7 +10,7 @@ import pytest
 
 from monitoring import review, review_log
 from runtime.broker.embedded import EmbeddedServer
-from tests.review_support import RUN_TRIALS, shown, stopped_run, whet
+from tests.support.review import RUN_TRIALS, shown, stopped_run, whet
 
 
 def label(t, reward_right=True, cause_right=True, hack=False, at=0.0) -> review.Label:
@@ -18,12 +18,14 @@ def label(t, reward_right=True, cause_right=True, hack=False, at=0.0) -> review.
                            labeller="ann", now=at)
 
 
+@pytest.mark.unit
 def test_strata_are_pass_hack_and_each_cause():
     """A trial's stratum is pass, hack, or its failure cause."""
     assert [review.stratum_of(t) for t in RUN_TRIALS] == [
         "pass", "pass", "pass", "model.wrong_answer", "model.wrong_answer", "infra.sandbox", "hack"]
 
 
+@pytest.mark.unit
 def test_sample_takes_turns_over_strata_skips_labelled_and_puts_queued_first():
     """Each stratum gets at most its quota, labelled trials are left out, queued come first."""
     picked = review.sample(RUN_TRIALS, per_stratum=2, seed=1, skip={"g0.0"}, first={"g4.0"})
@@ -36,6 +38,7 @@ def test_sample_takes_turns_over_strata_skips_labelled_and_puts_queued_first():
     assert [t.trial_id for t in again] == ids, "the draw is reproducible from its seed"
 
 
+@pytest.mark.unit
 def test_agreement_matches_hand_computed_wilson_intervals():
     """Agreement per stratum and overall, with intervals worked out by hand."""
     p = RUN_TRIALS
@@ -54,6 +57,7 @@ def test_agreement_matches_hand_computed_wilson_intervals():
     assert rows["hack"].hack.interval == pytest.approx((0.20655, 1.0), abs=1e-4)
 
 
+@pytest.mark.unit
 def test_label_file_torn_last_line_is_ignored_but_a_bad_middle_line_is_an_error(tmp_path):
     """A write cut short by a crash loses only that record; other damage is named."""
     path = tmp_path / "labels.jsonl"
@@ -67,6 +71,7 @@ def test_label_file_torn_last_line_is_ignored_but_a_bad_middle_line_is_an_error(
         review_log.read(path, review.Label)
 
 
+@pytest.mark.bus
 async def test_review_records_labels_that_survive_and_reports_agreement(tmp_path):
     """Labels typed on stdin are kept in the run folder; a second review shows only unlabelled
     trials; --report prints the agreement table with the hand-computed intervals."""
@@ -107,6 +112,7 @@ async def test_review_records_labels_that_survive_and_reports_agreement(tmp_path
     assert "4 labelled; showing 3" in third.stdout
 
 
+@pytest.mark.bus
 async def test_label_file_records_labels_and_names_a_bad_line(tmp_path):
     """--label-file takes JSON lines without questions (here from a live server given by
     --url); a bad line or an unknown trial is named, and the file is then not recorded."""

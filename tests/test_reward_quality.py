@@ -16,6 +16,8 @@ from judging.quality import bonuses, job_spec
 from judging.reward import QUALITY_COMPONENTS, compose
 from runtime.config import load
 
+pytestmark = pytest.mark.unit
+
 ON = QualityConfig(lint=0.04, types=0.03, runtime=0.03)
 WEIGHTS = RewardConfig(tests=0.82, format=0.08, quality=ON)
 
@@ -121,7 +123,7 @@ def test_measuring_quality_grows_the_jobs_limits_but_not_the_tests_budgets():
 
     from judging.extract import from_completion
     from judging.jobs import build_job
-    from tests.judging_support import io_task
+    from tests.support.judging import io_task
 
     task = io_task([([[1]], 1)], [([[2]], 2)], "def f(xs):\n    return sum(xs)\n")
     cand = from_completion(task, "def f(xs):\n    return sum(xs)\n")

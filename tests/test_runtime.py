@@ -1,7 +1,7 @@
 """The runtime with real processes: crashes, a killed server, scaling, tail, status, down.
 
 Each test runs `whet up` as a separate process against its own nats-server, with the probe
-actor (tests/probe_actor.py), and drives it through the `whet` CLI and the bus.
+actor (tests/support/probe_actor.py), and drives it through the `whet` CLI and the bus.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import signal
 
 import anyio
 import msgspec
+import pytest
 
 from bus import subjects
 from bus.codec import decode
@@ -19,11 +20,13 @@ from bus.messages import DeadLetter, ExecutionDone, ExecutionRequest, Job
 from runtime.cli import stack_status as status_mod
 from tests.test_codec import samples
 
+pytestmark = pytest.mark.stack
+
 PROBE = """
 [actors.count]
 probe = {n}
 [actors.target]
-probe = "tests.probe_actor:run"
+probe = "tests.support.probe_actor:run"
 [supervisor]
 heartbeat_s = 0.5
 drain_s = 3

@@ -27,6 +27,8 @@ from envs.intake import collect
 from runtime.config import RunConfig, TrainingConfig
 from tests.conftest import bus_settings, handled, until
 
+pytestmark = pytest.mark.bus
+
 CONFIG = RunConfig(
     envs=EnvsConfig(use={"structured_output": EnvEntry(count=60, heldout_share=0.3)},
                     mix={"structured": 1.0}),

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from bus.messages import Job, Limits
-from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 LANDLOCK = r'''
 import ctypes, os

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from bus.messages import Job, Limits
-from tests.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import backend, built_envs, docker_engine  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 UID_BASE = 64000
 LIMITS = Limits(timeout_s=8, cpu_s=8, memory_mb=256, pids=32, disk_mb=32, output_bytes=4096)

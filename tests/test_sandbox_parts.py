@@ -15,11 +15,12 @@ from bus.messages import Job, Limits
 from sandbox import envs
 from sandbox.launch import Slot, bwrap_args, job_env, spawn_request
 from sandbox.outcome import Observed, safe_relative, split_shell_code, status_of
-from tests.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs, docker_engine  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.unit
 def test_status_rules():
     """OOM wins over everything; then our deadline, the output cap, signals, exit codes."""
     job = Job(command=["x"], limits=Limits(cpu_s=2))
@@ -33,6 +34,7 @@ def test_status_rules():
     assert split_shell_code(137) == (None, 9) and split_shell_code(1) == (1, None)
 
 
+@pytest.mark.unit
 def test_job_file_names_must_stay_inside():
     """Absolute paths and '..' are refused; nested relative names are fine."""
     assert safe_relative("a.py") and safe_relative("tests/test_a.py")
@@ -40,6 +42,7 @@ def test_job_file_names_must_stay_inside():
         assert not safe_relative(bad), bad
 
 
+@pytest.mark.unit
 def test_env_specs_are_versioned_and_distinct():
     """Each runtime's key names its version and a hash of its package list."""
     python, shell = envs.spec("python"), envs.spec("shell")
@@ -50,6 +53,7 @@ def test_env_specs_are_versioned_and_distinct():
         envs.spec("cobol")
 
 
+@pytest.mark.unit
 def test_spawn_request_drops_privileges_and_sandboxes():
     """The spawner drops to the slot uid, then runs bubblewrap with every namespace, the tree
     read-only, /work read-only, capped tmpfs, a clean environment."""
@@ -68,6 +72,7 @@ def test_spawn_request_drops_privileges_and_sandboxes():
     assert env["HOME"] == env["TMPDIR"] == "/tmp" and env["WHET_REPORT_FD"] == "3"
 
 
+@pytest.mark.bus
 def test_cgroup_slot_limits_accounts_and_kills():
     """On this host's layout (v1 or v2, as detected): a process born in a slot is limited
     (OOM), counted (CPU seconds), and killed with its whole tree; residents are spared."""
@@ -77,6 +82,7 @@ def test_cgroup_slot_limits_accounts_and_kills():
     assert proc.stdout.startswith("layout: cgroup v")
 
 
+@pytest.mark.bus
 def test_whet_exec_prints_the_result_as_json(built_envs, tmp_path):
     """`whet exec` runs one command in a fresh sandbox and prints the ExecutionResult."""
     (tmp_path / "in.txt").write_text("payload")
@@ -94,6 +100,7 @@ def test_whet_exec_prints_the_result_as_json(built_envs, tmp_path):
     assert bad.returncode == 2 and "--backend 'vm'" in bad.stderr
 
 
+@pytest.mark.bus
 async def test_reaper_removes_leftover_containers(docker_engine):
     """Containers a dead executor left behind (same run label) are removed at the next open."""
     from sandbox import engine, open_backend
@@ -114,6 +121,7 @@ async def test_reaper_removes_leftover_containers(docker_engine):
         await docker.close()
 
 
+@pytest.mark.bus
 async def test_oci_runtime_comes_from_config(docker_engine):
     """docker_runtime is passed to the engine: one it does not have is a sandbox failure
     that names it, never a job failure."""

@@ -1,4 +1,4 @@
-"""The scale bench (bench/scale.py) still runs: 10 simulated actors, a short window."""
+"""The scale bench (bench/scale/scale.py) still runs: 10 simulated actors, a short window."""
 
 from __future__ import annotations
 
@@ -8,14 +8,18 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.bus
 
 
 def test_scale_bench_runs_at_ten_actors(tmp_path):
     """Ten real bus clients beat, publish and consume; status sees them; the table is written."""
     out = tmp_path / "scale"
     run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "scale.py"), "--counts", "10", "--per-process", "5",
+        [sys.executable, str(ROOT / "bench" / "scale" / "scale.py"), "--counts", "10", "--per-process", "5",
          "--window", "2.5", "--warmup", "0.5", "--newcomers", "1", "--supervisor-window", "0.5",
          "--out", str(out), "--log-dir", str(tmp_path / "logs")],
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,

@@ -14,8 +14,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from deploy import setup
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.unit
 
 VENV_BIN = str(Path(sys.executable).parent)
 

@@ -10,6 +10,8 @@ from bus.messages import TaskOutcome
 from envs.evaluation import Round
 from envs.stats import estimate, paired_change, sign_test, wilson_interval
 
+pytestmark = pytest.mark.unit
+
 
 def test_wilson_interval_of_3_in_10():
     """p = 0.3, n = 10, z = 1.96: centre (0.3 + 0.19208) / 1.38415 = 0.35551, half-width

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from runtime.cli.render import ACTOR_ROWS_MAX, kind_rows, render_status
 from runtime.cli.stack_status import ActorRow, StackStatus
+
+pytestmark = pytest.mark.unit
 
 
 def row(kind: str, i: int, state: str = "ready", beat_age_s: float = 0.5) -> ActorRow:

@@ -19,12 +19,13 @@ from policy.groups import GroupBuffer
 from policy.objective import clipped_surrogate
 from sandbox.session import open_session
 from sandbox.workspace import digest_of
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_batch import turn
 from tests.test_generator import make_task
 from tests.test_repository import _fix_script, _tasks, local  # noqa: F401
 
 
+@pytest.mark.unit
 def test_first_steps_from_the_same_workspace_share_a_baseline():
     """Two attempts start from S0: +0.5 and 0 become +0.25 and -0.25 (unscaled), +-1 scaled."""
     attempts = [[("S0", 0.5)], [("S0", 0.0)]]
@@ -33,6 +34,7 @@ def test_first_steps_from_the_same_workspace_share_a_baseline():
                                                      [pytest.approx(-1.0, abs=1e-4)]]
 
 
+@pytest.mark.unit
 def test_steps_are_pooled_by_start_state_across_and_within_attempts():
     """A: S0 +0, S0 +0.5, S1 +0.25; B: S0 +0, S2 -0.25; C dropped. Pool S0 = (0, 0.5, 0) has
     mean 1/6; S1 and S2 stand alone (no baseline: 0); C stays None."""
@@ -45,6 +47,7 @@ def test_steps_are_pooled_by_start_state_across_and_within_attempts():
     assert scaled[0] == pytest.approx([-1 / 6 / std, 1 / 3 / std, 0.0], abs=1e-4)
 
 
+@pytest.mark.unit
 def test_token_advantages_add_each_steps_advantage_inside_its_span():
     """Trajectory advantage 0.5 everywhere; steps [2, 4) +1 and [6, 12) -1 at weight 0.5,
     the second cut at the trajectory's 10 tokens."""
@@ -57,6 +60,7 @@ def _attempt(turns, steps=(), index=0) -> Attempt:
                    task=make_task(), turns=list(turns), policy_version=0, steps=list(steps))
 
 
+@pytest.mark.unit
 def test_step_credit_is_the_change_in_visible_tests_passing_with_its_token_span():
     """Turns [p p | c c c] [p | c c]: the second step's tokens are 6..8; 2 -> 3 of 4 is +0.25;
     a turn without a call changes nothing."""
@@ -87,6 +91,7 @@ def _verdict(index: int, reward: float, step_rewards: list[float]) -> Verdict:
     return Verdict(verdict_id=attempt.attempt_id, attempt=attempt, outcome="fail", reward=reward)
 
 
+@pytest.mark.unit
 def test_learner_token_weights_follow_the_step_advantages():
     """Group of two with rewards 1 and 0 (trajectory advantages +-1 unscaled /2: +0.5, -0.5)
     and step rewards (0, 0.5) and (0, 0): pool S0 = (0, 0.5, 0, 0), mean 0.125. Collated per
@@ -117,6 +122,7 @@ def test_learner_token_weights_follow_the_step_advantages():
     assert np.count_nonzero(rows["mask"]) == 10
 
 
+@pytest.mark.unit
 def test_a_group_with_equal_rewards_still_trains_on_its_steps_with_step_credit():
     """Both attempts failed alike (no trajectory signal) but one step helped: with step credit
     both are trained; with trajectory credit both are left out as without signal."""
@@ -130,6 +136,7 @@ def test_a_group_with_equal_rewards_still_trains_on_its_steps_with_step_credit()
     assert batch("trajectory").no_signal == 2
 
 
+@pytest.mark.bus
 async def test_session_reports_visible_passing_and_workspace_hash_after_every_call(local):  # noqa: F811
     """A read keeps the hash and count; writing the fix is followed by a silent suite run (all
     visible tests pass, no run_tests called); one named test run carries the count."""

@@ -24,6 +24,8 @@ from runtime.broker.embedded import alive
 from runtime.cli import stack_status as status_mod
 from tests.conftest import ROOT, bus_settings
 
+pytestmark = pytest.mark.stack
+
 CONFIG = """
 [run]
 name = "stop"
@@ -31,7 +33,7 @@ runs_dir = "{runs}"
 [actors.count]
 probe = 2
 [actors.target]
-probe = "tests.probe_actor:run"
+probe = "tests.support.probe_actor:run"
 [supervisor]
 heartbeat_s = 0.5
 drain_s = 3

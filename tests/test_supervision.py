@@ -15,6 +15,7 @@ import subprocess
 import sys
 
 import anyio
+import pytest
 
 from runtime.cli import stack_status as status_mod
 from runtime.stack import crash_cause
@@ -32,6 +33,7 @@ BROKEN = with_kind(PROBE.format(n=1), "broken", "no.such_module:run")
 CAUSE = "ModuleNotFoundError: No module named 'no'"
 
 
+@pytest.mark.stack
 async def test_a_kind_that_never_gets_ready_stops_the_stack_with_its_cause(make_stack, tmp_path):
     """A bad entry point crashes 3 times before readiness: `whet up` exits 1 with the kind and
     the exception line on the terminal; `whet status` shows it failing, with that cause."""
@@ -61,9 +63,10 @@ async def test_a_kind_that_never_gets_ready_stops_the_stack_with_its_cause(make_
     assert CAUSE in gone.stdout
 
 
+@pytest.mark.stack
 async def test_crashes_before_readiness_under_the_limit_do_not_stop_the_stack(bus, make_stack):
     """A kind that crashes twice before it is ready, then gets ready, keeps the stack up."""
-    stack = make_stack(with_kind(PROBE.format(n=1), "flaky", "tests.flaky_actor:run"))
+    stack = make_stack(with_kind(PROBE.format(n=1), "flaky", "tests.support.flaky_actor:run"))
     stack.start()
 
     async def flaky_ready():
@@ -75,6 +78,7 @@ async def test_crashes_before_readiness_under_the_limit_do_not_stop_the_stack(bu
     assert snap.failing == [] and stack.proc.poll() is None
 
 
+@pytest.mark.stack
 async def test_crashes_after_readiness_keep_restarting_with_backoff(bus, make_stack):
     """A ready actor killed more times in a row than the crash-loop limit is restarted each
     time, and the stack stays up."""
@@ -94,6 +98,7 @@ async def test_crashes_after_readiness_keep_restarting_with_backoff(bus, make_st
     assert (await status_mod.gather(bus)).failing == []
 
 
+@pytest.mark.unit
 def test_the_cause_is_the_last_exception_line_of_this_process(tmp_path):
     """The logged exception of the process started at `since` wins; else the last traceback
     written to its output after its offset; older processes' crashes do not count."""

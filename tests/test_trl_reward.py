@@ -1,9 +1,10 @@
-"""The TRL reward function (bench.trl_reward) against the judge itself, on the local sandbox."""
+"""The TRL reward function (bench.vs_trl.trl_reward) against the judge itself, on the local sandbox."""
 
 from __future__ import annotations
 
 import anyio
 import msgspec
+import pytest
 
 from bus.messages import Attempt, Turn
 from envs import registry
@@ -11,10 +12,12 @@ from envs.config import EnvEntry
 from envs.environment import generate
 from judging.config import JudgeConfig
 from judging.offline import judge_all
-from bench.trl_reward import JudgeReward, task_column
+from bench.vs_trl.trl_reward import JudgeReward, task_column
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.sandbox_fixtures import built_envs  # noqa: F401
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
+
+pytestmark = pytest.mark.bus
 
 SANDBOX = SandboxConfig(backend="local", warm_python=True)
 

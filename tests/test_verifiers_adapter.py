@@ -24,8 +24,8 @@ from envs.registry import entry_tasks
 from judging.config import JudgeConfig
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
-from tests.judging_support import attempt, judge
-from tests.sandbox_fixtures import built_envs  # noqa: F401 - fixture
+from tests.support.judging import attempt, judge
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401 - fixture
 
 ARITH = '''
 """Add two numbers; answer in <answer> tags, show the sum in <work> tags."""
@@ -165,6 +165,7 @@ async def local(built_envs):  # noqa: F811 - the fixture imported above
             await backend.aclose()
 
 
+@pytest.mark.unit
 def test_tasks_have_content_ids_and_stable_splits(modules, arith):
     """Every row becomes a task whose id is its content: the same rows in another order keep
     their ids and splits, and the held-out share is chosen by id."""
@@ -178,6 +179,7 @@ def test_tasks_have_content_ids_and_stable_splits(modules, arith):
     assert first.task_id.startswith("arith/v1-L0-") and first.domain == "arith"
 
 
+@pytest.mark.bus
 async def test_rubric_scores_replies_in_the_sandbox(arith, local):
     """A correct reply gets the rubric's full reward, a partly right one its weighted part,
     a wrong one nothing: each reward function's score times its weight."""
@@ -192,6 +194,7 @@ async def test_rubric_scores_replies_in_the_sandbox(arith, local):
     assert judged[0].result.backend == "local" and judged[1].judgement.cause == "model.wrong_answer"
 
 
+@pytest.mark.unit
 def test_shim_scores_as_verifiers_does(arith):
     """The sandbox's stand-in of verifiers scores a reply as verifiers' own Task.score does
     (benign replies only: this runs the rubric on the host)."""
@@ -219,6 +222,7 @@ def test_shim_scores_as_verifiers_does(arith):
         assert trace.reward == shimmed.reward
 
 
+@pytest.mark.bus
 async def test_hostile_replies_stay_in_the_sandbox(arith, local):
     """A reply the rubric executes writes only inside the sandbox, never on the host; one that
     ends or kills the scoring process is a hack at the hack reward, never a drop."""
@@ -247,6 +251,7 @@ async def test_hostile_replies_stay_in_the_sandbox(arith, local):
     assert killed.outcome == "hack" and killed.reward == -1.0, (killed.cause, killed.evidence)
 
 
+@pytest.mark.bus
 async def test_faulty_rubric_is_dropped_with_a_reason(modules, local):
     """A reward that raises is dropped as infrastructure; a score outside [0, 1] or NaN is
     dropped naming the reward; a sound one scores."""
@@ -265,6 +270,7 @@ async def test_faulty_rubric_is_dropped_with_a_reason(modules, local):
     assert not any(j.verdict().trainable for j in judged[1:])
 
 
+@pytest.mark.bus
 async def test_gate_runs_the_rubric_once(arith, modules, local):
     """The intake gate accepts a task whose rubric runs and does not reward an empty reply,
     and rejects one whose rubric raises or rewards anything."""
@@ -277,6 +283,7 @@ async def test_gate_runs_the_rubric_once(arith, modules, local):
     assert generous.reasons == ["invalid"] and "[0, 1]" in generous.detail[0]
 
 
+@pytest.mark.unit
 def test_unsupported_environments_are_named(modules):
     """A taskset played by another Env, or with a reward that needs a runtime, is refused
     with the class and what is supported."""
@@ -288,6 +295,7 @@ def test_unsupported_environments_are_named(modules):
         entry_tasks("nowhere", EnvEntry(verifiers="whet_vf_nowhere"))
 
 
+@pytest.mark.bus
 async def test_judge_actor_gives_rubric_verdicts_over_the_bus(bus, arith, built_envs):  # noqa: F811
     """Over a real nats-server, the judge and executor actors (local sandbox) give a verifiers
     attempt the rubric's reward, and a failed one gets no second turn even when turns are left."""
@@ -307,6 +315,7 @@ async def test_judge_actor_gives_rubric_verdicts_over_the_bus(bus, arith, built_
     assert not [e for e in logs if e["event"] == "judge.continued"]
 
 
+@pytest.mark.unit
 def test_gate_reports_follow_the_rubric_source(arith):
     """A kept gate report is keyed by the rubric's source too: the task id leaves it out, so
     an edited reward method is gated again."""

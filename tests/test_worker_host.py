@@ -48,6 +48,7 @@ def files_under(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
 
 
+@pytest.mark.unit
 def test_export_copies_only_the_worker_roles_files_owner_only(secrets, tmp_path):
     """The default export holds the three worker roles' passwords, the CA's certificate and
     their certificates and keys, byte for byte; no admin, CA key, server files or users
@@ -65,6 +66,7 @@ def test_export_copies_only_the_worker_roles_files_owner_only(secrets, tmp_path)
     assert {stat.S_IMODE(d.stat().st_mode) for d in (out, out / "tls")} == {0o700}
 
 
+@pytest.mark.unit
 def test_export_without_tls_copies_passwords_only(tmp_path):
     """A secrets folder without TLS files exports just the chosen roles' passwords."""
     credentials.ensure_passwords(tmp_path / "s")
@@ -73,6 +75,7 @@ def test_export_without_tls_copies_passwords_only(tmp_path):
     assert files_under(tmp_path / "w") == {"executor", "judge"}
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("roles, message", [
     ("executor,admin", "roles admin: a worker host may get only these roles"),
     ("executor,chef", "roles chef:"),
@@ -85,6 +88,7 @@ def test_export_refuses_admin_and_unknown_roles(secrets, tmp_path, roles, messag
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.unit
 def test_export_into_the_secrets_folder_itself_is_refused(secrets):
     """Exporting onto the source folder would truncate its files: refused, files intact."""
     before = (secrets / "executor").read_bytes()
@@ -93,6 +97,7 @@ def test_export_into_the_secrets_folder_itself_is_refused(secrets):
     assert (secrets / "executor").read_bytes() == before
 
 
+@pytest.mark.unit
 def test_export_names_a_missing_file(secrets, tmp_path):
     """A missing certificate is named with the command that makes it; nothing is written."""
     partial = tmp_path / "s"
@@ -106,6 +111,7 @@ def test_export_names_a_missing_file(secrets, tmp_path):
     assert not (tmp_path / "w").exists()
 
 
+@pytest.mark.bus
 async def test_exported_files_log_in_to_a_tls_server_as_their_role(secrets, tmp_path):
     """An executor with only the exported files connects to a server that requires TLS and
     client certificates and publishes its results."""
@@ -135,6 +141,7 @@ def load(name: str) -> dict:
     return yaml.safe_load((ROOT / name).read_text())
 
 
+@pytest.mark.unit
 def test_worker_compose_runs_the_stack_services_pointed_at_another_host():
     """docker-compose.workers.yml: the generator, executor and judge services of
     docker-compose.yml (same image, command, entrypoint, capabilities, volumes, health
@@ -154,6 +161,7 @@ def test_worker_compose_runs_the_stack_services_pointed_at_another_host():
     assert workers["secrets"] == {r: base["secrets"][r] for r in WORKERS}
 
 
+@pytest.mark.unit
 def test_worker_tls_override_mounts_exactly_the_exported_files(secrets, tmp_path):
     """docker-compose.workers.tls.yml gives each worker service the CA and its role's
     certificate and key, as docker-compose.tls.yml does, and needs no file the export

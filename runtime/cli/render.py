@@ -28,7 +28,7 @@ _STATE_STYLE = {"ready": "green", "starting": "yellow", "stopping": "yellow",
 
 ACTOR_ROWS_MAX = 40
 """Most actors drawn one row each. rich draws a table row in milliseconds: 1,000 actors took
-5 s on an idle core and 50 s on a busy one (bench/scale.py), and scrolled away."""
+5 s on an idle core and 50 s on a busy one (bench/scale/scale.py), and scrolled away."""
 
 
 @dataclass
