@@ -49,6 +49,7 @@ from bus.consumer import Delivery, consume
 from bus.messages import EvaluatorState, StepRecord, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
+from policy.checkpoint import LearnerState
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
@@ -70,24 +71,26 @@ def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
 
 
 class Learner:
-    def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup, resumed: dict) -> None:
+    def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup,
+                 resumed: LearnerState) -> None:
         self.bus, self.config, self.ranks = bus, config, ranks
         self.lc = config.learner
         self.resumed = resumed
-        self.version = int(resumed.get("version", 0))
-        self.step = int(resumed.get("step", 0))
-        self.samples = int(resumed.get("samples", 0))
-        self.ledger = Ledger.from_state(resumed)
+        "The state the checkpoint held (defaults when starting fresh)."
+        self.version = resumed.version
+        self.step = resumed.step
+        self.samples = resumed.samples
+        self.ledger = Ledger.from_state(resumed.consumed_verdicts, resumed.consumed_groups)
         self.publisher = Publisher(bus, self.lc.keep_versions)
-        self.object_name = str(resumed.get("object_name", ""))
+        self.object_name = resumed.object_name
         "Object holding the weights of `version` ('' for the initial weights)."
         self.unpublished = 0
         self.unsaved: list[Delivery] = []
         self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
         self.duplicates = 0
-        self.consumed_by_steps = int(resumed.get("consumed_by_steps", 0))
+        self.consumed_by_steps = resumed.consumed_by_steps or 0
         "Verdicts the steps consumed (trained or left out), through `step`."
-        self.consumed_late = int(resumed.get("consumed_late", 0))
+        self.consumed_late = resumed.consumed_late
         "Verdicts that arrived after their group was trained without them."
         self.idle_s = self.busy_s = self.held_s = 0.0
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
@@ -104,17 +107,17 @@ class Learner:
         kv = await current_version(self.bus)
         if kv is not None and kv.version == self.version and kv.object_name == self.object_name:
             self.publisher.adopt(kv)
-        elif kv is None and not self.resumed:
+        elif kv is None and not self.resumed.from_checkpoint:
             await self.publisher.publish(0, None, step=0, samples=0)
         else:  # KV names other weights: publish ours (checkpoint, or initial) as a newer version
             self.version = max(self.version, kv.version if kv else 0)
-            self.unpublished = 1 if self.resumed else 0
+            self.unpublished = 1 if self.resumed.from_checkpoint else 0
             await self._publish(now=True)
         self.bus.stats.policy_version = self.version
-        log.info("learner.resumed" if self.resumed else "learner.started_fresh",
+        log.info("learner.resumed" if self.resumed.from_checkpoint else "learner.started_fresh",
                  step=self.step, policy_version=self.version, samples=self.samples,
-                 checkpoint=self.resumed.get("checkpoint", ""),
-                 optimizer_steps=self.resumed.get("optimizer_steps", 0),
+                 checkpoint=self.resumed.checkpoint,
+                 optimizer_steps=self.resumed.optimizer_steps,
                  consumed=len(self.ledger.verdicts), consumed_by_steps=self.consumed_by_steps,
                  consumed_late=self.consumed_late)
         self.check_ledger()
@@ -123,11 +126,11 @@ class Learner:
         """The checkpoint's ledger must hold exactly what its steps (and late members)
         consumed; a difference means a sample was consumed twice, or lost, before it."""
         expected = self.consumed_by_steps + self.consumed_late
-        if ("consumed_by_steps" in self.resumed and not self.ledger.truncated
+        if (self.resumed.consumed_by_steps is not None and not self.ledger.truncated
                 and len(self.ledger.verdicts) != expected):
             log.error("learner.ledger_mismatch", step=self.step, ledger=len(self.ledger.verdicts),
                       consumed_by_steps=self.consumed_by_steps, consumed_late=self.consumed_late,
-                      checkpoint=self.resumed.get("checkpoint", ""))
+                      checkpoint=self.resumed.checkpoint)
 
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
         """Consumer handler: skip what a checkpoint holds, pass the rest to the loop."""
@@ -272,10 +275,11 @@ class Learner:
     async def checkpoint(self) -> None:
         """Save model, optimizer and bookkeeping; then ack every verdict the save covers."""
         began = time.monotonic()
-        state = {"version": self.version, "step": self.step, "samples": self.samples,
-                 "object_name": self.object_name, "consumed_by_steps": self.consumed_by_steps,
-                 "consumed_late": self.consumed_late, **self.ledger.to_state()}
-        await self.ranks.call("save", f"step{self.step:08d}", state)
+        state = LearnerState(version=self.version, step=self.step, samples=self.samples,
+                             object_name=self.object_name,
+                             consumed_by_steps=self.consumed_by_steps,
+                             consumed_late=self.consumed_late, **self.ledger.to_state())
+        await self.ranks.call("save", f"step{self.step:08d}", state.to_client())
         self.ledger.mark_saved()
         acked, self.unsaved = self.unsaved, []
         for delivery in acked:
@@ -318,7 +322,7 @@ async def run(bus: Bus, config: RunConfig, *,
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
     ranks = RankGroup(config.trainer, checkpoint_dir(config, bus), bus)
     try:
-        resumed = await ranks.start()
+        resumed = LearnerState.from_client(await ranks.start())
         learner = Learner(bus, config, ranks, resumed)
         await learner.resume()
         async with anyio.create_task_group() as tg:

@@ -105,7 +105,8 @@ class RankGroup:
         return self.world > 1 and self.config.learner.ranks == "bus"
 
     async def start(self) -> dict:
-        """Start the ranks and build every engine; returns the resumed client state ({} if fresh)."""
+        """Start the ranks and build every engine; returns the resumed client state ({} if fresh;
+        `policy.checkpoint.LearnerState.from_client` reads it)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         join = None
         if self.on_bus:
