@@ -230,11 +230,11 @@ def test_circles_are_found():
 
 def test_no_circle_between_modules():
     """No module reaches itself through imports, function-level ones counted."""
-    found = [" -> ".join(c) + "; edges: " + ", ".join(
+    found = ["{" + ", ".join(c) + "} through " + ", ".join(
                 f"{MODULES[m].relative_to(ROOT)}:{line} imports {t}"
                 for m in c for line, t in GRAPH[m] if t in c)
              for c in circles(GRAPH)]
-    assert found == [], "circles between modules:\n" + "\n".join(found)
+    assert found == [], "modules in a circle of imports:\n" + "\n".join(found)
 
 
 def loads_by_name(path: Path) -> list[tuple[int, str]]:
