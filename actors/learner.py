@@ -1,33 +1,14 @@
 """The learner actor: GRPO-style updates with DeepSpeed, then new weights for the generators.
 
-Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), holds each until the
-checkpoint that contains its update is written, then acks it. It is DeepSpeed rank 0; the
-other ranks are its children or, with `[learner] ranks = "bus"`, `learner_rank` actors that
-meet it through the bus, and it leaves (to be restarted, and meet them under a new
-generation) when one of those is replaced. Each verdict is counted once
-however often it is delivered: the consumer rebinds a redelivery of a verdict held here to
-the held handle, and a copy whose id the ledger already holds is kept out of the buffer and
-acked with the checkpoint that records it. Groups (attempts sharing a
-`group_id`) are trained whole with group-relative advantages (per token with
-`learner.credit = "step"`: `policy.credit`); dropped verdicts are never
-trained and count as missing members; samples older than `training.staleness` versions are
-rejected and counted. Publishes bf16 weights in the object store and the new
-`WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
-mode; after a batch with nothing to train, the same weights under the next number, as
-admission counts batches), prunes old versions, and saves DeepSpeed checkpoints whose client state records
-every consumed verdict id, so a restart resumes with optimizer state and never trains a
-sample twice. Writes each step's typed `StepRecord` to KV whet-run (`learner.step.<step>`),
-which progress reads for train.csv and the stop at `max_steps`; with `training.max_steps`
-set it trains no step past it (verdicts arriving after stay unacked). Logs
-`learner.step_completed` per batch for people, naming every verdict id it consumed:
-`trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
-after its group was trained without it (the group timed out) is acked untrained and logged
-as `learner.late_member_dropped`. So each verdict's fate can be traced. With
-`evaluator.hold_learner` (and an evaluator in the stack) it publishes nothing past an
-evaluated version until the evaluator's state (`EvaluatorState`, watched in KV) says that
-version's round is reported (`learner.held_for_eval`), at most `evaluator.hold_s`; that time
-counts as neither idle nor busy.
-
+Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), each held unacked until
+the checkpoint that contains its update is written. Publishes bf16 weights in the object
+store and the new `WeightVersion` in KV after each update (or every `publish_every`; every
+batch in sync mode), pruning old versions; writes each step's typed `StepRecord` to KV
+whet-run (`learner.step.<step>`), which progress reads for train.csv and the stop at
+`max_steps`, and logs `learner.step_completed` naming every verdict id it consumed. It is
+DeepSpeed rank 0; the other ranks are its children or `learner_rank` actors met through the
+bus (`policy.ranks`). Checkpoints hold a `policy.checkpoint.LearnerState`, so a restart
+resumes with optimizer state and never trains a sample twice (`Learner`).
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
 
@@ -71,6 +52,20 @@ def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
 
 
 class Learner:
+    """Rank 0's bookkeeping around the trainer: buffer, ledger, version, and what is unsaved.
+
+    Each verdict is counted once however often it is delivered: the consumer rebinds a
+    redelivery of a verdict held here to the held handle, and a copy whose id the ledger
+    already holds is kept out of the buffer and acked with the checkpoint that records it.
+    Groups (attempts sharing a `group_id`) are trained whole with group-relative advantages
+    (per token with `learner.credit = "step"`: `policy.credit`); dropped verdicts are never
+    trained and count as missing members; samples older than `training.staleness` versions are
+    rejected and counted; `left_out` names them by reason ('dropped', 'stale', 'no_signal'). A
+    member arriving after its group was trained without it is acked untrained
+    (`learner.late_member_dropped`). With `training.max_steps` set it trains no step past it
+    (verdicts arriving after stay unacked). When a rank met through the bus is replaced, it
+    leaves, to be restarted and meet them under a new generation."""
+
     def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup,
                  resumed: LearnerState) -> None:
         self.bus, self.config, self.ranks = bus, config, ranks
@@ -219,8 +214,9 @@ class Learner:
 
     async def hold_for_eval(self) -> float:
         """Before moving past an evaluated version, wait until the evaluator reported its
-        round (`evaluator.hold_learner`), so the round's attempts all come from it; at most
-        `evaluator.hold_s`, and not past a stop. Returns the seconds held."""
+        round (`evaluator.hold_learner`, and an evaluator in the stack), so the round's attempts all
+        come from it; at most `evaluator.hold_s`, and not past a stop (`learner.held_for_eval`).
+        Returns the seconds held, which count as neither idle nor busy."""
         ev = self.config.evaluator
         if (not ev.hold_learner or self.version % ev.every_versions
                 or not self.config.actors.count.get("evaluator")):
@@ -259,8 +255,8 @@ class Learner:
         return reported
 
     async def _publish(self, now: bool = False) -> None:
-        """Next version: the trained weights (copied, so training may go on while they
-        upload), or, if nothing was trained since, the same weights renumbered."""
+        """Next version: the trained weights (copied, so training may go on while they upload),
+        or, if nothing was trained since, the same weights renumbered (admission counts batches)."""
         self.version += 1
         parts = await self.ranks.call("weights", True) if self.unpublished else None
         if parts is not None:
