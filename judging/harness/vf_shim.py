@@ -5,15 +5,10 @@ Shipped into rubric jobs as `verifiers/v1/__init__.py` (and `pydantic.py` re-exp
 standard library but not verifiers, pydantic or the rest of their 47 packages. It runs as
 the environment's module sees it: `class MyData(vf.TaskData)`, `class MyTask(vf.Task[MyData])`
 with `@vf.reward(weight=...)` and `@vf.metric` methods, `vf.Taskset[MyTask]`, messages.
-
-What is covered: TaskData fields (annotations with defaults or `Field(default_factory=)`),
-`Task.score` as verifiers runs it without a runtime (metrics, then rewards, awaited together,
-a Mapping result recorded under its keys, weights from `@vf.reward`), and a Trace of one
-prompt and one reply (`last_reply`, `messages`, `assistant_messages`, `transcript`,
-`rewards`, `metrics`, `info`, `record_reward`, `is_truncated`).
-What is not: pydantic validation or coercion (values arrive as the JSON the host dumped),
-judges, runtimes, tools; any other name of `verifiers.v1` is a placeholder that raises
-when used, naming itself. Stdlib only; it runs no model output itself.
+Covered: TaskData fields, `Task.score` as verifiers runs it without a runtime, and a `Trace`
+of one prompt and one reply. Not: pydantic validation or coercion (values arrive as the
+JSON the host dumped), judges, runtimes, tools; any other name of `verifiers.v1` is a
+placeholder that raises when used, naming itself. Stdlib only; it runs no model output.
 """
 
 from __future__ import annotations
@@ -136,6 +131,9 @@ Messages = list
 
 
 class TaskData(BaseModel):
+    """A task's data: fields from annotations with defaults or `Field(default_factory=)`,
+    values as the host dumped them (no validation or coercion)."""
+
     idx: int | None = None
     id: str | None = None
     name: str | None = None
@@ -167,7 +165,9 @@ class Reward(BaseModel):
 
 
 class Trace:
-    """One prompt and one sampled reply, as verifiers' Trace presents them to scoring."""
+    """One prompt and one sampled reply, as verifiers' Trace presents them to scoring:
+    `last_reply`, `messages`, `assistant_messages`, `transcript`, `rewards`, `metrics`, `info`,
+    `record_reward`, `is_truncated`."""
 
     def __init__(self, data: TaskData, reply: str, finish_reason: str = "") -> None:
         prompt = data.prompt if isinstance(data.prompt, list) else [UserMessage(content=data.prompt or "")]
@@ -280,7 +280,8 @@ class Task:
         return _decorated(self, attr)
 
     async def score(self, trace: Trace, runtime=None) -> None:
-        """verifiers' Task.score without runtime or judges: metrics, then rewards."""
+        """verifiers' Task.score without runtime or judges: metrics, then rewards, awaited
+        together; a Mapping result is recorded under its keys, weights from `@vf.reward`."""
         available = {"task": self.data, "trace": trace}
         metrics, rewards = self.hooks("metric"), self.hooks("reward")
         for fn in rewards:
