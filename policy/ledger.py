@@ -16,6 +16,8 @@ LIMIT = 200_000
 
 
 class Ledger:
+    """Verdict and group ids consumed, oldest first, bounded by `limit`; and which ids no checkpoint holds yet."""
+
     def __init__(self, limit: int = LIMIT) -> None:
         self.limit = limit
         self.verdicts: OrderedDict[str, None] = OrderedDict()

@@ -87,6 +87,8 @@ async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class RankGroup:
+    """The learner's DeepSpeed ranks as rank 0 sees them: started, called in step, closed."""
+
     def __init__(self, config: TrainerConfig, checkpoint_dir: Path, bus: Any = None) -> None:
         self.config = config
         self.dir = Path(checkpoint_dir)

@@ -61,6 +61,8 @@ def import_engine(device: str) -> None:
 
 
 class Trainer:
+    """One rank's DeepSpeed engine: setup and resume, train steps, checkpoints, weights."""
+
     def __init__(self, config: TrainerConfig, checkpoint_dir: Path) -> None:
         self.config = config
         self.lc = config.learner

@@ -23,6 +23,8 @@ _MISSING = object()
 
 
 class FieldInfo:
+    """What `Field(...)` returns: a default, or a factory of one."""
+
     def __init__(self, default=_MISSING, default_factory=None) -> None:
         self.default, self.default_factory = default, default_factory
 
@@ -105,24 +107,34 @@ def content_text(content) -> str:
 
 
 class Message(BaseModel):
+    """A chat message as verifiers has it: a role and its content."""
+
     role: str = ""
     content: object = ""
 
 
 class SystemMessage(Message):
+    """A system message."""
+
     role: str = "system"
 
 
 class UserMessage(Message):
+    """A user message."""
+
     role: str = "user"
 
 
 class AssistantMessage(Message):
+    """An assistant message, with any tool calls."""
+
     role: str = "assistant"
     tool_calls: list = Field(default_factory=list)
 
 
 class ToolMessage(Message):
+    """A tool's result message."""
+
     role: str = "tool"
     name: str = ""
 
@@ -149,6 +161,8 @@ class TaskData(BaseModel):
 
 
 class TaskConfig(BaseModel):
+    """A task's config: judges, stops, metrics and rewards by name."""
+
     judges: list = Field(default_factory=list)
     stops: dict = Field(default_factory=dict)
     metrics: dict = Field(default_factory=dict)
@@ -156,6 +170,8 @@ class TaskConfig(BaseModel):
 
 
 class Reward(BaseModel):
+    """One recorded reward: its score and weight."""
+
     score: float = 0.0
     weight: float = 1.0
 
@@ -266,6 +282,8 @@ async def _invoke_all(fns: list, available: dict) -> list:
 
 
 class Task:
+    """verifiers' Task as reward methods see it: `data`, `config`, the hooks and `score`."""
+
     NEEDS_CONTAINER = False
     scoring_deferred = False
 
@@ -314,6 +332,8 @@ class Task:
 
 
 class Taskset:
+    """verifiers' Taskset, as far as an environment module declares one."""
+
     INFINITE = False
 
     def __class_getitem__(cls, item):
