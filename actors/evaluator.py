@@ -1,27 +1,13 @@
 """The evaluator: held-out pass rates per domain, independent of the training reward.
 
-Consumes the policy version (KV whet-policy `current`; 0 before the learner publishes), the
-configured environments' held-out tasks (gated at intake), eval verdicts (its own durable
-consumer on `whet.v1.verdicts.eval`) and train verdicts (durable `evaluator-train`, for the
-mean training reward by policy version). For every `every_versions`-th version it publishes
-a round: each chosen held-out task once, as `TaskAssignment(purpose="eval",
-group_size=samples_per_task)` on `whet.v1.tasks`, with ids derived from the round, so a
-restart re-publishes nothing new.
-
-Produces, per policy version of the attempts in a round:
-- an `EvalRound` in KV whet-run (`evaluator.round.<round>.<version>`): pass@1 overall, on the
-  trained domains, on the transfer domains (those the mix never trains on) and per domain,
-  each with its 95% interval and its paired comparison with the baseline (the first version
-  evaluated, normally 0: tasks gained, lost, p-value), and every task's outcome. Progress,
-  the monitor and `whet status` read these; the statistics are `envs.stats`'s;
-- an `evaluator.evaluated` event with the same numbers, for people and `whet tail`;
-- heartbeat gauges `heldout.<domain>`, and the progress of the intake gates and of the
-  newest round (`bus.gauges`);
-- in its KV state, the baseline's task outcomes, the newest result's key and `last_reported`
-  (written after the results: with `evaluator.hold_learner` the learner publishes nothing
-  past an evaluated version until then, so a round measures one version);
-- an `evaluator.divergence_detected` warning when the training reward rises while the
-  held-out pass rate does not.
+Consumes the policy version (KV whet-policy `current`), the configured environments'
+held-out tasks (gated at intake), eval verdicts (durable on `whet.v1.verdicts.eval`) and
+train verdicts (durable `evaluator-train`, for the mean training reward by version). For
+every `every_versions`-th version it publishes a round: each chosen held-out task once, as
+`TaskAssignment(purpose="eval", group_size=samples_per_task)` on `whet.v1.tasks`, ids
+derived from the round, so a restart re-publishes nothing new. Produces per version an
+`EvalRound` in KV whet-run, an `evaluator.evaluated` event, `heldout.<domain>` gauges and
+its KV state (`Evaluator.report`); progress, the monitor and `whet status` read them.
 It does NOT score attempts (the judge does) and never publishes training work.
 """
 
@@ -48,6 +34,8 @@ HISTORY = 100
 
 
 class Evaluator:
+    """Held-out rounds: their tasks, the rounds open, and the state kept in KV whet-run."""
+
     def __init__(self, bus: Bus, config: RunConfig) -> None:
         self.bus, self.config = bus, config
         self.state = EvaluatorState()
@@ -63,6 +51,7 @@ class Evaluator:
         self.prefix = subjects.token(bus.identity.run_id or "run")
 
     async def load(self) -> None:
+        """Resume the state (last round, last reported, baseline) from KV whet-run."""
         state = await self.bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
                                       EvaluatorState)
         self.state = state or EvaluatorState()
@@ -70,6 +59,7 @@ class Evaluator:
                                       gauges.ROUND_REPORTED: float(self.state.last_reported)})
 
     async def save(self) -> None:
+        """Write the state to KV whet-run."""
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, self.state)
 
     async def intake(self) -> None:
@@ -93,6 +83,8 @@ class Evaluator:
         self.ready.set()
 
     async def start_round(self, version: int) -> None:
+        """Publish the round of `version`: each held-out task once, `samples_per_task` attempts
+        each; with no held-out tasks, mark it reported at once, so a holding learner goes on."""
         if not self.heldout:  # nothing to evaluate: say so, so a holding learner goes on
             self.state.last_round = self.state.last_reported = version
             await self.save()
@@ -114,6 +106,8 @@ class Evaluator:
         log.info("evaluator.round_started", version=version, assignments=len(items), new=new)
 
     async def watch_versions(self) -> None:
+        """Start a round for every `every_versions`-th new policy version (and version 0 before the
+        learner publishes); reopen a round a restart cut short."""
         await self.ready.wait()
         every = self.config.evaluator.every_versions
         current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
@@ -131,6 +125,8 @@ class Evaluator:
                 await self.start_round(v)
 
     async def on_eval(self, verdict: Verdict, delivery: Delivery) -> None:
+        """Add an eval verdict to its round (a duplicate, or one for a reported round, is skipped);
+        report the round once complete."""
         version = round_of(verdict.attempt.group_id)
         if version is None or verdict.attempt.purpose != "eval" or version in self.reported:
             return
@@ -150,11 +146,13 @@ class Evaluator:
             await self.report(self.rounds.pop(version))
 
     async def on_train(self, verdict: Verdict, delivery: Delivery) -> None:
+        """Record a train verdict's reward by policy version (dropped ones say nothing)."""
         if verdict.reward is not None and verdict.outcome != "dropped":
             self.rewards.setdefault(verdict.attempt.policy_version, {})[verdict.verdict_id] = \
                 verdict.reward
 
     async def expire_rounds(self) -> None:
+        """Report with what it has each round open longer than `round_timeout_s`."""
         while True:
             await anyio.sleep(5)
             limit = self.config.evaluator.round_timeout_s
@@ -163,6 +161,12 @@ class Evaluator:
                     await self.report(self.rounds.pop(version))
 
     async def report(self, rnd: Round) -> None:
+        """Write the round's `EvalRound` per policy version (`evaluator.round.<round>.<version>`):
+        pass@1 overall, on trained and transfer domains (those the mix never trains) and per
+        domain, each with its 95% interval and its paired comparison with the baseline (the first
+        version evaluated, normally 0: tasks gained, lost, p-value; `envs.stats`), and every task's
+        outcome. Then `last_reported` in the state, written after the results: with
+        `evaluator.hold_learner` the learner publishes nothing past an evaluated version until then."""
         self.reported.add(rnd.version)
         rewards = {v: sum(r.values()) / len(r) for v, r in self.rewards.items() if r}
         for version in sorted(rnd.by_version):
@@ -183,7 +187,9 @@ class Evaluator:
         await self.save()
 
     def announce(self, result: EvalRound) -> None:
-        """The event for people, the gauges, and the divergence check."""
+        """The `evaluator.evaluated` event for people, the `heldout.<domain>` gauges, and the
+        divergence check (`evaluator.divergence_detected` when the training reward rises while the
+        held-out pass rate does not)."""
         point = point_of(result)
         self.state.history = (self.state.history + [point])[-HISTORY:]
         o = result.overall

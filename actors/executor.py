@@ -3,21 +3,10 @@
 Consumes `ExecutionRequest` from the durable `executor` consumer of WHET_EXEC
 (`subjects.CONSUMER_EXEC`), at most `[executor] concurrency` at once; publishes one
 `ExecutionDone` per request on `subjects.EXEC_DONE` with msg id = `request_id`, so a
-redelivered request never stores a second result.
-
-Rule for `avoid_executors` (the judge lists executors whose sandbox failed this turn): an
-instance named there gives the request back (nak, `avoid_delay_s`) while the request has been
-delivered at most `avoid_naks` times, so another instance can take it; after that it runs it
-anyway, so a stack with one executor still makes progress.
-
-Tool episodes: it also answers `SessionRequest`s over core request/reply (`SESSION_OPEN` in
-the `executors` queue group, then `session_subject(instance)`), holding each episode's
-workspace (`sandbox.sessions`) until the judge closes it, it idles out, or this process
-stops; a session dies with its process, and the judge then drops the attempt.
-
-A backend never raises for what a job did; should it raise for a bug of its own, the request
-is answered with a `sandbox_error` result (`sandbox_failed`), which the judge retries
-elsewhere. It does NOT judge, retry or interpret results: the judge does.
+redelivered request never stores a second result. A backend bug answers the request with a
+`sandbox_error` result (`sandbox.runner.run_job`), which the judge retries elsewhere. Also
+answers tool episodes' `SessionRequest`s over core request/reply (`run`).
+It does NOT judge, retry or interpret results: the judge does.
 """
 
 from __future__ import annotations
@@ -43,12 +32,20 @@ log = structlog.get_logger("actors.executor")
 
 
 def should_give_back(request: ExecutionRequest, instance: str, deliveries: int, limit: int) -> bool:
-    """True when this instance should let another executor take `request` (see module docs)."""
+    """True when this instance should let another executor take `request`: it is named in
+    `avoid_executors` (its sandbox failed this turn) and the request was delivered at most
+    `limit` (`avoid_naks`) times; after that it runs it anyway, so a stack with one executor
+    still makes progress."""
     return instance in request.avoid_executors and deliveries <= limit
 
 
 async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """The executor actor: run requests until the bus stops, then close every session and the
+    backend. Sessions: `SESSION_OPEN` in the `executors` queue group, then
+    `session_subject(instance)`; each episode's workspace (`sandbox.sessions`) is held until the
+    judge closes it, it idles out, or this process stops (a session dies with its process, and
+    the judge then drops the attempt)."""
     cfg: ExecutorConfig = config.executor
     instance = bus.identity.instance
     from sandbox import Metered, open_backend

@@ -71,6 +71,8 @@ class Generator:
         return RowSettings.of(sampling, room_left(context_len, self.max_context))
 
     async def on_assignment(self, work: TaskAssignment, delivery: Delivery) -> None:
+        """Sample `group_size` attempts of the assignment's task, once the weights of its
+        admitted version are here (at most `weights_wait_s`), and publish them on `ATTEMPTS`."""
         if work.group_size < 1:  # retried, then dead-lettered with this reason
             raise ValueError(f"assignment {work.assignment_id}: group_size {work.group_size} < 1")
         began = time.monotonic()
@@ -93,6 +95,8 @@ class Generator:
                  seconds=round(time.monotonic() - began, 3))
 
     async def on_continuation(self, attempt: Attempt, delivery: Delivery) -> None:
+        """Sample the next turn of an attempt whose last turn carries feedback (a user or, in a
+        tool episode, a tool message) and publish it; its `policy_version` is its oldest turn's."""
         if not attempt.turns or not attempt.turns[-1].feedback:
             raise ValueError(f"continuation {attempt.attempt_id}: its last turn has no feedback")
         last = attempt.turns[-1]

@@ -1,30 +1,11 @@
 """The judge actor: attempts in, execution requests out; execution results in, verdicts out.
 
-Consumes `Attempt` from `subjects.CONSUMER_ATTEMPTS` and `ExecutionDone` from
-`subjects.CONSUMER_EXEC_DONE`. Publishes:
-
-- `ExecutionRequest` on `subjects.EXEC_REQUESTS` (msg id '<attempt_id>/t<turn>/r<retry>'),
-  the job built from the attempt's latest turn; again with retry+1 and the failing executor
-  in `avoid_executors` after an infrastructure failure, up to `judge.max_retries`;
-- `Verdict` on `subjects.verdict_subject(purpose)` (msg id = attempt id): reward and its
-  components, outcome, cause, evidence and layers; `dropped` (no reward, not trainable) once
-  an infrastructure failure outlasts the retries, counted by cause; when the verdict
-  stream is full, the verdicts every reader has acked are purged to make room;
-- for multi-turn work, a failed attempt with turns left goes back on `subjects.TURNS`
-  (msg id '<attempt_id>/t<next turn>') with feedback on its latest turn;
-- for tool episodes (`judging.tools.is_tool_task`), each turn's tool call is run in the
-  episode's session on an executor (`SessionRequest` over core request/reply; opened on the
-  first turn), and its trimmed result goes back on `subjects.TURNS` as the next message;
-  at submit or a step or token budget the session is closed and its final workspace is
-  judged like any attempt (hidden tests, one turn's penalty). A session whose executor is
-  gone drops the attempt (`infra.session_lost`): no reward. Each step's credit (the change
-  in visible tests passing, the workspace hash it started from, its token span:
-  `judging.steps`) is recorded on the attempt as `Attempt.steps`.
-
-Structured attempts, and code that does not compile, are judged without execution. An
-attempt that cannot be judged (whatever its result holds) gets a verdict, the model's
-failure (`judgement.unjudgeable`), never a retry or a dead letter. Every
-output id derives from the input's, so a redelivered input never yields a second output.
+Consumes `Attempt` (`subjects.CONSUMER_ATTEMPTS`) and `ExecutionDone`
+(`subjects.CONSUMER_EXEC_DONE`). Publishes `ExecutionRequest`s on `subjects.EXEC_REQUESTS`,
+one `Verdict` per attempt on `subjects.verdict_subject(purpose)` (msg id = attempt id), and
+a failed multi-turn attempt with turns left, or a tool episode's next step, on
+`subjects.TURNS`. Every output id derives from the input's, so a redelivered input never
+yields a second output; every attempt gets a verdict, never a dead letter (`Judge`).
 It does NOT run sandboxes (the executor does) or train (the learner does); the judging
 itself is `judging.drive` (one attempt) and `judging.episode` (a tool step).
 """
@@ -58,15 +39,32 @@ log = structlog.get_logger("judge")
 
 
 class Judge:
+    """Judges attempts through executors: one instance per judge process.
+
+    Requests: msg id '<attempt_id>/t<turn>/r<retry>', the job built from the attempt's latest
+    turn; again with retry+1 and the failing executor in `avoid_executors` after an
+    infrastructure failure, up to `judge.max_retries`. Verdicts carry reward and components,
+    outcome, cause, evidence and layers; `dropped` (no reward, not trainable) once an
+    infrastructure failure outlasts the retries, counted by cause. Structured attempts and code
+    that does not compile are judged without execution; one that cannot be judged at all is the
+    model's failure (`judgement.unjudgeable`). Tool episodes (`judging.tools.is_tool_task`) run
+    each turn's call in the episode's session on an executor (`SessionRequest`, opened on the
+    first turn) and send its trimmed result back as the next message; at submit or a step or
+    token budget the final workspace is judged like any attempt. A session whose executor is
+    gone drops the attempt (`infra.session_lost`). Each step's credit (`judging.steps`) is
+    recorded on the attempt as `Attempt.steps`."""
+
     def __init__(self, bus: Bus, config: JudgeConfig) -> None:
         self.bus = bus
         self.config = config
         self.counts = bus.stats.gauges
 
     def count(self, name: str, by: float = 1.0) -> None:
+        """Add `by` to the heartbeat gauge `name`."""
         self.counts[name] = self.counts.get(name, 0.0) + by
 
     async def on_attempt(self, attempt: Attempt, delivery: Delivery) -> None:
+        """An attempt or a tool step arrived: request its run, or run its tool call."""
         if is_tool_task(attempt.task):
             await self.on_tool_step(attempt)
             return
@@ -87,6 +85,8 @@ class Judge:
                  task_id=attempt.task.task_id)
 
     async def on_done(self, done: ExecutionDone, delivery: Delivery) -> None:
+        """An execution finished: judge it; retry elsewhere after an infrastructure failure
+        while retries are left, else finish with the result recorded on the attempt."""
         started = time.perf_counter()
         request, attempt = done.request, done.request.attempt
         judgement = judge_run(attempt, request.job, done.result, penalised_turns(attempt), self.config)
@@ -98,6 +98,7 @@ class Judge:
         await self.finish(attempt, judgement, retries=request.retry, spent=time.perf_counter() - started)
 
     async def retry(self, done: ExecutionDone, judgement: Judgement) -> None:
+        """Publish the request again (retry+1), avoiding the executor that failed it."""
         request = done.request
         retry = request.retry + 1
         turn = len(request.attempt.turns)
@@ -110,6 +111,8 @@ class Judge:
                     cause=judgement.cause, evidence=judgement.evidence[:500], executor=done.executor)
 
     async def finish(self, attempt: Attempt, judgement: Judgement, *, retries: int, spent: float) -> None:
+        """Continue a failed multi-turn attempt with turns left; otherwise publish its verdict
+        (making room in a full verdict stream) and record it."""
         turn = len(attempt.turns)
         single_turn = kinds.of(attempt.task).turns == "one"  # a verifiers task is one reply
         if (judgement.outcome == "fail" and turn < self.config.max_turns and not single_turn
@@ -161,6 +164,7 @@ class Judge:
             attempt, workspace=closed.files, refused=closed.refused), 1)
 
     async def session_request(self, attempt: Attempt, op: str, timeout: float, **fields):
+        """Send `op` to the executor holding the attempt's session; None if it never answers."""
         return await self.bus.request(
             subjects.session_subject(attempt.session),
             SessionRequest(session_id=attempt.attempt_id, op=op, **fields),  # type: ignore[arg-type]
@@ -182,6 +186,8 @@ class Judge:
 
     async def continue_attempt(self, attempt: Attempt, judgement: Judgement | None,
                                feedback: str = "") -> None:
+        """Send the attempt back on `subjects.TURNS` for its next turn, its latest turn
+        carrying feedback (from the judgement, or a tool call's result)."""
         if judgement is not None:
             feedback = feedback_for(attempt.task, judgement, self.config.feedback_chars)
         last = msgspec.structs.replace(attempt.turns[-1], feedback=feedback)
@@ -197,6 +203,7 @@ class Judge:
                  step_reward=step.reward if step else None)
 
     def record(self, attempt: Attempt, judgement: Judgement, retries: int) -> None:
+        """Count the verdict and log it: `judge.hack_suspected`, `judge.dropped` or `judge.judged`."""
         self.count("judge.verdicts")
         self.count(f"judge.{judgement.outcome}")
         fields = dict(attempt_id=attempt.attempt_id, task_id=attempt.task.task_id,
@@ -217,6 +224,7 @@ def penalised_turns(attempt: Attempt) -> int:
 
 
 def completion_tokens(attempt: Attempt) -> int:
+    """Tokens sampled over the attempt's turns (`completion_ids` holds 4 bytes a token)."""
     return sum(len(turn.completion_ids) // 4 for turn in attempt.turns)
 
 

@@ -1,33 +1,14 @@
 """The learner actor: GRPO-style updates with DeepSpeed, then new weights for the generators.
 
-Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), holds each until the
-checkpoint that contains its update is written, then acks it. It is DeepSpeed rank 0; the
-other ranks are its children or, with `[learner] ranks = "bus"`, `learner_rank` actors that
-meet it through the bus, and it leaves (to be restarted, and meet them under a new
-generation) when one of those is replaced. Each verdict is counted once
-however often it is delivered: the consumer rebinds a redelivery of a verdict held here to
-the held handle, and a copy whose id the ledger already holds is kept out of the buffer and
-acked with the checkpoint that records it. Groups (attempts sharing a
-`group_id`) are trained whole with group-relative advantages (per token with
-`learner.credit = "step"`: `policy.credit`); dropped verdicts are never
-trained and count as missing members; samples older than `training.staleness` versions are
-rejected and counted. Publishes bf16 weights in the object store and the new
-`WeightVersion` in KV after each update (or every `publish_every`; every batch in sync
-mode; after a batch with nothing to train, the same weights under the next number, as
-admission counts batches), prunes old versions, and saves DeepSpeed checkpoints whose client state records
-every consumed verdict id, so a restart resumes with optimizer state and never trains a
-sample twice. Writes each step's typed `StepRecord` to KV whet-run (`learner.step.<step>`),
-which progress reads for train.csv and the stop at `max_steps`; with `training.max_steps`
-set it trains no step past it (verdicts arriving after stay unacked). Logs
-`learner.step_completed` per batch for people, naming every verdict id it consumed:
-`trained`, and `left_out` by reason ('dropped', 'stale', 'no_signal'); a member that arrives
-after its group was trained without it (the group timed out) is acked untrained and logged
-as `learner.late_member_dropped`. So each verdict's fate can be traced. With
-`evaluator.hold_learner` (and an evaluator in the stack) it publishes nothing past an
-evaluated version until the evaluator's state (`EvaluatorState`, watched in KV) says that
-version's round is reported (`learner.held_for_eval`), at most `evaluator.hold_s`; that time
-counts as neither idle nor busy.
-
+Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), each held unacked until
+the checkpoint that contains its update is written. Publishes bf16 weights in the object
+store and the new `WeightVersion` in KV after each update (or every `publish_every`; every
+batch in sync mode), pruning old versions; writes each step's typed `StepRecord` to KV
+whet-run (`learner.step.<step>`), which progress reads for train.csv and the stop at
+`max_steps`, and logs `learner.step_completed` naming every verdict id it consumed. It is
+DeepSpeed rank 0; the other ranks are its children or `learner_rank` actors met through the
+bus (`policy.ranks`). Checkpoints hold a `policy.checkpoint.LearnerState`, so a restart
+resumes with optimizer state and never trains a sample twice (`Learner`).
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
 
@@ -49,6 +30,7 @@ from bus.consumer import Delivery, consume
 from bus.messages import EvaluatorState, StepRecord, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
+from policy.checkpoint import LearnerState
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
@@ -70,24 +52,40 @@ def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
 
 
 class Learner:
-    def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup, resumed: dict) -> None:
+    """Rank 0's bookkeeping around the trainer: buffer, ledger, version, and what is unsaved.
+
+    Each verdict is counted once however often it is delivered: the consumer rebinds a
+    redelivery of a verdict held here to the held handle, and a copy whose id the ledger
+    already holds is kept out of the buffer and acked with the checkpoint that records it.
+    Groups (attempts sharing a `group_id`) are trained whole with group-relative advantages
+    (per token with `learner.credit = "step"`: `policy.credit`); dropped verdicts are never
+    trained and count as missing members; samples older than `training.staleness` versions are
+    rejected and counted; `left_out` names them by reason ('dropped', 'stale', 'no_signal'). A
+    member arriving after its group was trained without it is acked untrained
+    (`learner.late_member_dropped`). With `training.max_steps` set it trains no step past it
+    (verdicts arriving after stay unacked). When a rank met through the bus is replaced, it
+    leaves, to be restarted and meet them under a new generation."""
+
+    def __init__(self, bus: Bus, config: RunConfig, ranks: RankGroup,
+                 resumed: LearnerState) -> None:
         self.bus, self.config, self.ranks = bus, config, ranks
         self.lc = config.learner
         self.resumed = resumed
-        self.version = int(resumed.get("version", 0))
-        self.step = int(resumed.get("step", 0))
-        self.samples = int(resumed.get("samples", 0))
-        self.ledger = Ledger.from_state(resumed)
+        "The state the checkpoint held (defaults when starting fresh)."
+        self.version = resumed.version
+        self.step = resumed.step
+        self.samples = resumed.samples
+        self.ledger = Ledger.from_state(resumed.consumed_verdicts, resumed.consumed_groups)
         self.publisher = Publisher(bus, self.lc.keep_versions)
-        self.object_name = str(resumed.get("object_name", ""))
+        self.object_name = resumed.object_name
         "Object holding the weights of `version` ('' for the initial weights)."
         self.unpublished = 0
         self.unsaved: list[Delivery] = []
         self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
         self.duplicates = 0
-        self.consumed_by_steps = int(resumed.get("consumed_by_steps", 0))
+        self.consumed_by_steps = resumed.consumed_by_steps or 0
         "Verdicts the steps consumed (trained or left out), through `step`."
-        self.consumed_late = int(resumed.get("consumed_late", 0))
+        self.consumed_late = resumed.consumed_late
         "Verdicts that arrived after their group was trained without them."
         self.idle_s = self.busy_s = self.held_s = 0.0
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
@@ -104,17 +102,17 @@ class Learner:
         kv = await current_version(self.bus)
         if kv is not None and kv.version == self.version and kv.object_name == self.object_name:
             self.publisher.adopt(kv)
-        elif kv is None and not self.resumed:
+        elif kv is None and not self.resumed.from_checkpoint:
             await self.publisher.publish(0, None, step=0, samples=0)
         else:  # KV names other weights: publish ours (checkpoint, or initial) as a newer version
             self.version = max(self.version, kv.version if kv else 0)
-            self.unpublished = 1 if self.resumed else 0
+            self.unpublished = 1 if self.resumed.from_checkpoint else 0
             await self._publish(now=True)
         self.bus.stats.policy_version = self.version
-        log.info("learner.resumed" if self.resumed else "learner.started_fresh",
+        log.info("learner.resumed" if self.resumed.from_checkpoint else "learner.started_fresh",
                  step=self.step, policy_version=self.version, samples=self.samples,
-                 checkpoint=self.resumed.get("checkpoint", ""),
-                 optimizer_steps=self.resumed.get("optimizer_steps", 0),
+                 checkpoint=self.resumed.checkpoint,
+                 optimizer_steps=self.resumed.optimizer_steps,
                  consumed=len(self.ledger.verdicts), consumed_by_steps=self.consumed_by_steps,
                  consumed_late=self.consumed_late)
         self.check_ledger()
@@ -123,11 +121,11 @@ class Learner:
         """The checkpoint's ledger must hold exactly what its steps (and late members)
         consumed; a difference means a sample was consumed twice, or lost, before it."""
         expected = self.consumed_by_steps + self.consumed_late
-        if ("consumed_by_steps" in self.resumed and not self.ledger.truncated
+        if (self.resumed.consumed_by_steps is not None and not self.ledger.truncated
                 and len(self.ledger.verdicts) != expected):
             log.error("learner.ledger_mismatch", step=self.step, ledger=len(self.ledger.verdicts),
                       consumed_by_steps=self.consumed_by_steps, consumed_late=self.consumed_late,
-                      checkpoint=self.resumed.get("checkpoint", ""))
+                      checkpoint=self.resumed.checkpoint)
 
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
         """Consumer handler: skip what a checkpoint holds, pass the rest to the loop."""
@@ -216,8 +214,9 @@ class Learner:
 
     async def hold_for_eval(self) -> float:
         """Before moving past an evaluated version, wait until the evaluator reported its
-        round (`evaluator.hold_learner`), so the round's attempts all come from it; at most
-        `evaluator.hold_s`, and not past a stop. Returns the seconds held."""
+        round (`evaluator.hold_learner`, and an evaluator in the stack), so the round's attempts all
+        come from it; at most `evaluator.hold_s`, and not past a stop (`learner.held_for_eval`).
+        Returns the seconds held, which count as neither idle nor busy."""
         ev = self.config.evaluator
         if (not ev.hold_learner or self.version % ev.every_versions
                 or not self.config.actors.count.get("evaluator")):
@@ -256,8 +255,8 @@ class Learner:
         return reported
 
     async def _publish(self, now: bool = False) -> None:
-        """Next version: the trained weights (copied, so training may go on while they
-        upload), or, if nothing was trained since, the same weights renumbered."""
+        """Next version: the trained weights (copied, so training may go on while they upload),
+        or, if nothing was trained since, the same weights renumbered (admission counts batches)."""
         self.version += 1
         parts = await self.ranks.call("weights", True) if self.unpublished else None
         if parts is not None:
@@ -272,10 +271,11 @@ class Learner:
     async def checkpoint(self) -> None:
         """Save model, optimizer and bookkeeping; then ack every verdict the save covers."""
         began = time.monotonic()
-        state = {"version": self.version, "step": self.step, "samples": self.samples,
-                 "object_name": self.object_name, "consumed_by_steps": self.consumed_by_steps,
-                 "consumed_late": self.consumed_late, **self.ledger.to_state()}
-        await self.ranks.call("save", f"step{self.step:08d}", state)
+        state = LearnerState(version=self.version, step=self.step, samples=self.samples,
+                             object_name=self.object_name,
+                             consumed_by_steps=self.consumed_by_steps,
+                             consumed_late=self.consumed_late, **self.ledger.to_state())
+        await self.ranks.call("save", f"step{self.step:08d}", state.to_client())
         self.ledger.mark_saved()
         acked, self.unsaved = self.unsaved, []
         for delivery in acked:
@@ -318,7 +318,7 @@ async def run(bus: Bus, config: RunConfig, *,
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
     ranks = RankGroup(config.trainer, checkpoint_dir(config, bus), bus)
     try:
-        resumed = await ranks.start()
+        resumed = LearnerState.from_client(await ranks.start())
         learner = Learner(bus, config, ranks, resumed)
         await learner.resume()
         async with anyio.create_task_group() as tg:

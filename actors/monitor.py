@@ -1,26 +1,14 @@
 """The monitor actor: run health for `whet status` and Prometheus, alerts, and the trial record.
 
-Consumes
-- `Verdict` from its own durables on `whet.v1.verdicts.train` and `.eval`
-  (`subjects.CONSUMER_MONITOR_TRAIN` / `_EVAL`), so it never takes work from the learner;
-- the policy pointer (KV whet-policy `current`), for version lag;
-- heartbeats (KV whet-actors), for the gauges of `bus.gauges.THROUGHPUT`;
-- stream and consumer state, for queue depths and redeliveries;
-- the evaluator's typed round results (`EvalRound`, KV whet-run `evaluator.round.*`):
-  `overall.rate`, `version` and `reported_at` of each complete round feed the held-out
-  series of the reward-versus-held-out alert (an incomplete round is skipped).
-
-Publishes
-- a `Trial` per verdict on `whet.v1.trials.<run>.<trial>` (msg id from the verdict id, and
-  one record per subject, so a redelivered verdict is recorded once);
-- a `MetricsSnapshot` every `monitor.snapshot_s` in KV whet-run `monitor.metrics`;
-- `monitor.alert_raised` / `monitor.alert_cleared` events (see `monitoring.alerts`), a
-  raised one with `trials`: the ids of the verdicts that drove it, for `whet trace`; among
-  them one task's or one group's infra-drop rate out of `drop_band`;
-- `GET /metrics` on `monitor.prometheus_port`.
-
-It runs as a single instance (a second one would split the verdicts between them). Its
-windows start empty after a restart. It does NOT judge, train or change anything it watches.
+Consumes `Verdict`s from its own durables on `whet.v1.verdicts.train` and `.eval`
+(`subjects.CONSUMER_MONITOR_TRAIN` / `_EVAL`, so it never takes work from the learner), the
+policy pointer (KV whet-policy `current`, for version lag), heartbeats (KV whet-actors),
+stream and consumer state, and the evaluator's `EvalRound`s (KV whet-run). Publishes a
+`Trial` per verdict, a `MetricsSnapshot` every `monitor.snapshot_s` in KV whet-run
+`monitor.metrics`, `monitor.alert_raised` / `_cleared` events (`monitoring.alerts`), and
+`GET /metrics` on `monitor.prometheus_port`. It runs as a single instance (a second one
+would split the verdicts); its windows start empty after a restart.
+It does NOT judge, train or change anything it watches.
 """
 
 from __future__ import annotations
@@ -48,6 +36,8 @@ log = structlog.get_logger("monitor")
 
 
 class Monitor:
+    """The monitor's windows of verdict points, outcome counts, held-out series and alerts."""
+
     def __init__(self, bus: Bus, cfg: MonitorConfig) -> None:
         self.bus, self.cfg = bus, cfg
         self.points: deque[metrics.VerdictPoint] = deque(maxlen=cfg.max_points)
@@ -58,6 +48,8 @@ class Monitor:
         self.latest: MetricsSnapshot | None = None
 
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
+        """Record the verdict's `Trial` on `whet.v1.trials.<run>.<trial>` (msg id from the
+        verdict id: a redelivered verdict is recorded once) and add it to the windows."""
         now = time.time()
         run_id = self.bus.identity.run_id
         trial = trials.trial_of(verdict, run_id=run_id, current_version=self.policy_version,
@@ -70,11 +62,14 @@ class Monitor:
                  reward=verdict.reward, cause=verdict.cause)
 
     async def follow_policy(self) -> None:
+        """Follow the policy pointer in KV, for version lag."""
         async for version in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             self.policy_version = self.bus.stats.policy_version = version.version
 
     async def follow_evaluator(self) -> None:
+        """Follow the evaluator's rounds in KV whet-run: `overall.rate`, `version` and
+        `reported_at` of each complete round feed the reward-versus-held-out alert."""
         async for result in self.bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVAL_ROUNDS,
                                               EvalRound):
             self.take_evaluation(result)
@@ -85,7 +80,9 @@ class Monitor:
             self.heldout.add(result.reported_at, result.version, result.overall.rate)
 
     async def snapshot(self) -> MetricsSnapshot:
-        """Compute a snapshot, raise or clear alerts, and publish it to KV."""
+        """Compute a snapshot, raise or clear alerts, and publish it to KV. A raised alert carries
+        `trials`, the ids of the verdicts that drove it (for `whet trace`); among the alerts, one
+        task's or one group's infra-drop rate out of `drop_band`."""
         now = time.time()
         # Points and counts are read together, before any await lets more verdicts in.
         window = Window(*metrics.split_windows(list(self.points), now, self.cfg.window_s))
@@ -118,6 +115,7 @@ class Monitor:
         return snap
 
     async def snapshot_every(self, interval_s: float) -> None:
+        """Take a snapshot every `interval_s`; a failed one is logged and the next tried."""
         while True:
             try:
                 await self.snapshot()
@@ -127,6 +125,8 @@ class Monitor:
 
 
 async def start_prometheus(tg: anyio.abc.TaskGroup, monitor: Monitor, cfg: MonitorConfig) -> None:
+    """Serve `GET /metrics` from the latest snapshot in `tg`; a busy port is logged
+    (`monitor.metrics_unavailable`) and the monitor carries on without it."""
     try:
         listener = await prometheus.open_listener(cfg.prometheus_host, cfg.prometheus_port)
     except OSError as exc:
@@ -141,6 +141,7 @@ async def start_prometheus(tg: anyio.abc.TaskGroup, monitor: Monitor, cfg: Monit
 
 async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """The monitor actor (one instance per run): record, watch and alert until the bus stops."""
     cfg = config.monitor
     monitor = Monitor(bus, cfg)
     async with anyio.create_task_group() as tg:

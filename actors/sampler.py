@@ -4,24 +4,9 @@ Consumes the configured environments (generated or read, then gated at intake), 
 verdicts (its own durable consumer on `whet.v1.verdicts.train`) and the policy version (KV
 whet-policy `current`; version 0 until the learner publishes). Publishes `TaskAssignment`s
 on `whet.v1.tasks`, with ids derived from a persisted sequence number, so a restarted
-sampler re-publishes the same ids and JetStream stores each once.
-
-- What: `envs.curriculum` (band, ladder, mix, replay) chooses among gated training tasks.
-  With `sampler.repair_tasks`, a tool episode the model failed becomes a repair task in the
-  same pool (`envs.repair`; never from a held-out task), counted in the `repair_tasks`
-  gauge and logged as `sampler.repair_task_added`. They live in this process: a restarted
-  sampler starts without them.
-- How much: `envs.admission` admits whole groups while
-  in_flight + produced <= (learner step + staleness + 1) * batch_size, and nothing once the
-  learner step reaches `training.max_steps` (when set), where the learner step
-  (`WeightVersion.step`) counts the batches the learner consumed. It equals the version
-  until a learner restart: a restarted learner rolls back to its checkpoint yet must
-  announce its weights under a newer number, so counting versions would let the queue in
-  front of the learner grow for good, and every sample would arrive stale.
-- Counters are saved in KV whet-run before the verdicts they count are acked, with the ids
-  counted, so a redelivered verdict is never counted twice. Pass rates are saved every
-  `snapshot_s` (a crash loses at most that much curriculum evidence, never budget).
-
+sampler re-publishes the same ids and JetStream stores each once. What to practise is
+`envs.curriculum`'s choice (`Sampler.next_assignments`), how much `envs.admission`'s bound
+(`Sampler.admissible`); counters persist in KV whet-run (`Sampler.settle`).
 It does NOT sample from the model, run attempts, or touch held-out tasks: those are the
 evaluator's, and the curriculum refuses them.
 """
@@ -54,7 +39,13 @@ FLUSH_S = 0.2
 
 
 class Sampler:
-    """One sampler's state: pool, counters, version, and what is counted but not yet acked."""
+
+    """One sampler's state: pool, counters, version, and what is counted but not yet acked.
+
+    With `sampler.repair_tasks`, a tool episode the model failed becomes a repair task in the
+    same pool (`envs.repair`; never from a held-out task), counted in the `repair_tasks` gauge
+    and logged as `sampler.repair_task_added`; repair tasks live in this process, so a restarted
+    sampler starts without them."""
 
     def __init__(self, bus: Bus, config: RunConfig) -> None:
         self.bus, self.config = bus, config
@@ -73,9 +64,11 @@ class Sampler:
         "Repair tasks added to the pool by this process (`envs.repair`)."
 
     def wake(self) -> None:
+        """Wake the admission loop: something it waits on changed."""
         self.changed.set()
 
     async def wait_change(self, timeout_s: float) -> None:
+        """Wait until `wake` is called, or `timeout_s` passes."""
         self.changed = anyio.Event()
         with anyio.move_on_after(timeout_s):
             await self.changed.wait()
@@ -83,6 +76,7 @@ class Sampler:
     # --- persistence -------------------------------------------------------------------
 
     async def load(self) -> None:
+        """Resume the counters and counted ids from KV whet-run, and the policy version."""
         state = await self.bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
         if state is not None:
             self.counters = AdmissionCounters(state.admitted, state.judged, state.produced,
@@ -114,6 +108,8 @@ class Sampler:
         self.bus.stats.gauges.update(self.gauges())
 
     async def save_rates(self) -> None:
+        """Save the curriculum's pass rates to KV whet-run in chunks (every `snapshot_s`: a crash
+        loses at most that much curriculum evidence, never budget)."""
         data = msgspec.msgpack.encode(self.curriculum.snapshot())
         chunks = [data[i:i + CHUNK] for i in range(0, len(data), CHUNK)] or [b""]
         for n, chunk in enumerate(chunks):
@@ -122,6 +118,7 @@ class Sampler:
                                     str(len(chunks)).encode())
 
     async def load_rates(self) -> None:
+        """Restore the pass rates `save_rates` wrote; an incomplete set is ignored (logged)."""
         count = await self.bus.kv_get_bytes(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_RATES)
         if not count:
             return
@@ -136,6 +133,8 @@ class Sampler:
     # --- verdicts ----------------------------------------------------------------------
 
     async def on_verdict(self, verdict: Verdict, delivery: Delivery) -> None:
+        """Count a train verdict once (ids counted before a restart are skipped), record its
+        outcome in the curriculum, and hold its ack until the counters that count it are saved."""
         if verdict.verdict_id in self.skip_ids:
             return  # counted before a restart; its ack was lost
         if verdict.attempt.purpose != "train":
@@ -177,6 +176,11 @@ class Sampler:
     # --- admission ---------------------------------------------------------------------
 
     def admissible(self) -> int:
+        """Groups the bound admits now: in_flight + produced <= (learner step + staleness + 1) *
+        batch_size, and none once the learner step reaches `training.max_steps`. The learner step
+        (`WeightVersion.step`, batches consumed) equals the version until a learner restart: a
+        restarted learner rolls back to its checkpoint yet announces its weights under a newer
+        number, so counting versions would let the learner's queue grow for good."""
         t = self.config.training
         if t.max_steps and self.learner_step >= t.max_steps:
             return 0  # the learner has made its last step: more samples would go untrained
@@ -225,11 +229,13 @@ class Sampler:
             self.bus.stats.gauges.update(self.gauges())
 
     def gauges(self) -> dict[str, float]:
+        """The heartbeat gauges: the curriculum's, and the admission counters."""
         c = self.counters
         return {**self.curriculum.gauges(), "admitted": float(c.admitted),
                 "in_flight": float(c.in_flight), "produced": float(c.produced)}
 
     async def watch_version(self) -> None:
+        """Follow the policy pointer in KV; wake admission when the version or step moves."""
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             if (current.version, current.step) != (self.version, self.learner_step):
@@ -277,6 +283,7 @@ class Sampler:
             log.warning("intake.mix_without_tasks", domains=sorted(set(self.curriculum.mix) - domains))
 
     async def snapshots(self) -> None:
+        """Save the pass rates every `sampler.snapshot_s`."""
         while True:
             await anyio.sleep(self.config.sampler.snapshot_s)
             await self.save_rates()

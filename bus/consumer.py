@@ -1,31 +1,11 @@
 """Pull-consumer loop: bounded in-flight work, explicit acks, dead letters, graceful drain.
 
 Consumes a durable JetStream consumer (`bus.subjects.ConsumerSpec`) and a handler
-`async (message, delivery) -> None`; produces acks, naks and `DeadLetter` messages.
-
-- Started (`await tg.start(partial(consume, ...))`) once its durable consumer exists on the
-  server and this process is subscribed to its deliveries: an actor that reports started
-  after its consumers has them in place.
-- At most `max_in_flight` messages are held at once (backpressure). Pull requests ask the
-  server for as many messages as there are free slots; the deliveries come to a callback
-  (no task per message, unlike nats-py's `fetch`) and go to a fixed pool of workers
-  through a bounded memory stream.
-- A payload that cannot be decoded goes to the dead-letter subject with the reason, and the
-  loop keeps serving. So does a message whose handler keeps failing, on its last delivery,
-  and one the server gave up on (the MAX_DELIVERIES advisory) because its handler's process
-  died each time.
-- A handler that returns normally has its message acked, unless it called `defer()`: then
-  the message stays held (and kept alive) until the handler's owner settles it.
-- A message is handed to the handler once while this consumer holds it. A redelivery of a
-  held message (the server restarted, or its ack timer ran out during an outage) rebinds
-  the held `Delivery` to the newest copy, so the holder's eventual ack lands on it, and the
-  handler is not called again; another copy with the same message id but another stream
-  sequence is acked as a duplicate.
-- A message id seen and acked recently is acked again without calling the handler: a late
-  ack can land on a redelivery (nats-server issue 4786).
-- Once `bus.stopping` is set, no more is fetched; in-flight handlers get `drain_s` to
-  finish, then are cancelled and their messages nak'ed for another instance.
-
+`async (message, delivery) -> None`; produces acks, naks and `DeadLetter` messages. At most
+`max_in_flight` messages are held at once; each is handed to the handler once while held,
+however often it is redelivered (`consume` says how). Once `bus.stopping` is set, no more
+is fetched; in-flight handlers get `drain_s` to finish, then are cancelled and their
+messages nak'ed for another instance.
 It does not decide what work means: that is the handler's job.
 """
 
@@ -98,9 +78,23 @@ async def consume(
 ) -> None:
     """Serve `spec` with `handler` until `bus.stopping` is set, then drain and return.
 
-    Reports started once the durable consumer exists and deliveries can arrive; retries
-    that set-up through an outage until `publish_deadline_s` (then BusUnavailable).
-    """
+    - Started (`await tg.start(partial(consume, ...))`) once the durable consumer exists on the
+      server and deliveries can arrive; retries that set-up through an outage until
+      `publish_deadline_s` (then BusUnavailable).
+    - Backpressure: pull requests ask for as many messages as there are free slots; the
+      deliveries come to a callback (no task per message, unlike nats-py's `fetch`) and go to
+      a fixed pool of workers through a bounded memory stream.
+    - A payload that cannot be decoded goes to the dead-letter subject with the reason, and the
+      loop keeps serving. So does a message whose handler keeps failing, on its last delivery,
+      and one the server gave up on (the MAX_DELIVERIES advisory) because its handler's process
+      died each time.
+    - A handler that returns normally has its message acked, unless it called `defer()`: then
+      the message stays held (and kept alive) until the handler's owner settles it.
+    - A redelivery of a held message (the server restarted, or its ack timer ran out during an
+      outage) rebinds the held `Delivery` to the newest copy, so the holder's eventual ack lands
+      on it; another copy with the same message id but another stream sequence is acked as a
+      duplicate. A message id seen and acked recently is acked again without calling the
+      handler: a late ack can land on a redelivery (nats-server issue 4786)."""
     loop = _Loop(bus, spec, cls, handler, max_in_flight,
                  ack_wait_s or bus.settings.ack_wait_s,
                  max_deliver or bus.settings.max_deliver)

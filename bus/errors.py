@@ -1,33 +1,31 @@
-"""The error tree of whetstone, in one place.
+"""The error tree of whetstone, in one place (`WhetError` draws it).
 
 Consumes nothing and produces nothing: every package raises from here. The tree lives in
 `bus/` because `bus` is the bottom layer that every other package imports, so nothing has
-to import upwards to raise a shared error.
-
-    WhetError
-    ├── ConfigError          a config file or value is wrong (names file, key, expectation)
-    ├── WireError            a payload cannot become a message
-    │   ├── MalformedMessage     not MessagePack, or fields of the wrong shape
-    │   └── SchemaMismatch       a known message type at a version this build does not read
-    ├── BusError             the bus could not do what was asked
-    │   ├── BusUnavailable       no server answered within the deadline
-    │   ├── PermissionDenied     the server refused this user's login, publish or subscribe
-    │   ├── TlsFailed            a certificate is missing, expired or from another CA
-    │   ├── ObjectMissing        no object of that name (never stored, or pruned)
-    │   └── ObjectCorrupt        a stored object's checksum does not match
-    ├── RunError             a run directory or stack is missing or in the wrong state
-    │   └── ActorFailed          a kind crashed again and again before it was ready
-    └── InputError           a user-supplied file (tasks, attempts) has a bad record
-
-Expected outcomes are not errors: a program that timed out is an `ExecutionResult` with a
-`timeout` status, never a raised exception.
+to import upwards to raise a shared error. Expected outcomes are not errors: a program that
+timed out is an `ExecutionResult` with a `timeout` status, never a raised exception.
 """
 
 from __future__ import annotations
 
 
 class WhetError(Exception):
-    """Base of every error whetstone raises on purpose."""
+    """Base of every error whetstone raises on purpose. The tree:
+
+        WhetError
+        ├── ConfigError          a config file or value is wrong (names file, key, expectation)
+        ├── WireError            a payload cannot become a message
+        │   ├── MalformedMessage     not MessagePack, or fields of the wrong shape
+        │   └── SchemaMismatch       a known message type at a version this build does not read
+        ├── BusError             the bus could not do what was asked
+        │   ├── BusUnavailable       no server answered within the deadline
+        │   ├── PermissionDenied     the server refused this user's login, publish or subscribe
+        │   ├── TlsFailed            a certificate is missing, expired or from another CA
+        │   ├── ObjectMissing        no object of that name (never stored, or pruned)
+        │   └── ObjectCorrupt        a stored object's checksum does not match
+        ├── RunError             a run directory or stack is missing or in the wrong state
+        │   └── ActorFailed          a kind crashed again and again before it was ready
+        └── InputError           a user-supplied file (tasks, attempts) has a bad record"""
 
 
 class ConfigError(WhetError):

@@ -35,6 +35,8 @@ def handled_through(last_seq: int, consumer) -> int:
 
 
 class StreamReclaim:
+    """The `Bus` calls that make room in a full stream (`js`: the JetStream context)."""
+
     js: object
 
     async def reclaim_consumed(self, stream: str) -> int:

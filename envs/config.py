@@ -18,6 +18,8 @@ Positive = Annotated[float, msgspec.Meta(gt=0.0)]
 
 
 class EnvEntry(Section):
+    """One enabled environment, `[envs.use.<name>]`: where its tasks come from, how many, its splits."""
+
     target: str = ""
     "'module:ATTRIBUTE' of an `Environment`; empty means the built-in of the entry's name."
     file: str = ""
@@ -45,6 +47,8 @@ class EnvEntry(Section):
 
 
 class GateConfig(Section):
+    """The intake gates, `[envs.gates]`."""
+
     checks: list[Literal["determinism", "mutation"]] = msgspec.field(
         default_factory=lambda: ["determinism", "mutation"])
     "Gates besides validity and solvability, which always run."
@@ -66,6 +70,8 @@ class GateConfig(Section):
 
 
 class EnvsConfig(Section):
+    """The environments section, `[envs]`: which are enabled, the training mix, the gates."""
+
     use: dict[str, EnvEntry] = msgspec.field(default_factory=lambda: {
         "python_functions": EnvEntry(), "data_scripts": EnvEntry(),
         "structured_output": EnvEntry(),
@@ -79,6 +85,8 @@ class EnvsConfig(Section):
 
 
 class SamplerConfig(Section):
+    """The sampler's section, `[sampler]`: the curriculum's band, ladder and replay, the pool."""
+
     band_low: Share = 0.2
     "Lower bound of the 'just out of reach' band of pass rates."
     band_high: Share = 0.8
@@ -131,6 +139,8 @@ class SamplerConfig(Section):
 
 
 class EvaluatorConfig(Section):
+    """The evaluator's section, `[evaluator]`: which versions, which held-out tasks, how many samples."""
+
     every_versions: Annotated[int, msgspec.Meta(ge=1)] = 1
     "Evaluate every N-th policy version (version 0, the initial weights, included)."
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40

@@ -1,20 +1,10 @@
 """The curriculum: which training task to practise next. Pure logic, no I/O.
 
 Consumes training tasks (id, domain, rung), one verdict at a time, and a seeded rng;
-produces task choices. Held-out tasks are refused at `add`, so they can never be chosen.
-
-- Band: each task has a pass rate that follows the policy (older attempts fade by
-  `rate_memory` each time the task is measured again). Tasks inside [band_low, band_high]
-  and unmeasured tasks are favoured; always-solved and never-solved tasks get
-  `out_of_band_weight`, so they are sampled rarely, not never.
-- Ladder: each domain has a frontier rung. Rungs are sampled by `ladder_weights` at
-  `ladder_offsets` around it; the frontier moves up when its pass rate reaches
-  `promote_at`, down when it falls under `demote_at`.
-- Mix: domains are drawn by their `mix` ratio; a domain without one is never practised.
-- Replay: `replay_share` of choices go to easy tasks (rungs below the frontier, or solved).
-
-Every choice is O(domains + rungs), independent of the pool size: tasks live in buckets
-keyed by (domain, rung, band) with O(1) add, remove and uniform pick.
+produces task choices, by band, ladder, mix and replay (`Curriculum`). Held-out tasks are
+refused at `add`, so they can never be chosen. Every choice is O(domains + rungs),
+independent of the pool size: tasks live in buckets keyed by (domain, rung, band) with O(1)
+add, remove and uniform pick (`Bucket`).
 """
 
 from __future__ import annotations
@@ -42,10 +32,12 @@ class Bucket:
         self.where: dict[int, int] = {}
 
     def add(self, item: int) -> None:
+        """Add `item`, which is not in the bucket yet."""
         self.where[item] = len(self.items)
         self.items.append(item)
 
     def remove(self, item: int) -> None:
+        """Remove `item`, which is in the bucket, in O(1) (the last item takes its place)."""
         pos = self.where.pop(item)
         last = self.items.pop()
         if last != item:
@@ -53,6 +45,7 @@ class Bucket:
             self.where[last] = pos
 
     def choice(self, rng: random.Random) -> int:
+        """A uniformly chosen item."""
         return self.items[int(rng.random() * len(self.items))]
 
     def __len__(self) -> int:
@@ -61,13 +54,26 @@ class Bucket:
 
 @dataclass
 class Frontier:
+    """A domain's frontier rung, with the attempts and passes measured at it since it became the
+    frontier (halved at each check that moves nothing: older evidence counts half)."""
+
     rung: int = 0
     attempts: float = 0.0
     passes: float = 0.0
 
 
 class Curriculum:
-    """The training pool and its statistics."""
+    """The training pool and its statistics.
+
+    - Band: each task has a pass rate that follows the policy (older attempts fade by
+      `rate_memory` each time the task is measured again). Tasks inside [band_low, band_high]
+      and unmeasured tasks are favoured; always-solved and never-solved tasks get
+      `out_of_band_weight`, so they are sampled rarely, not never.
+    - Ladder: each domain has a frontier rung. Rungs are sampled by `ladder_weights` at
+      `ladder_offsets` around it; the frontier moves up when its pass rate reaches
+      `promote_at`, down when it falls under `demote_at`.
+    - Mix: domains are drawn by their `mix` ratio; a domain without one is never practised.
+    - Replay: `replay_share` of choices go to easy tasks (rungs below the frontier, or solved)."""
 
     def __init__(self, config: SamplerConfig, mix: dict[str, float]) -> None:
         self.config = config

@@ -1,19 +1,11 @@
 """The environment standard: what an environment declares, and how its tasks are made.
 
-Consumes an `Environment` (declared by a module as `ENVIRONMENT`, or built from a task file)
-and a seed; produces `bus.messages.Task` records with stable ids, a difficulty rung and a
-split. It does not check tasks (that is `envs.gates`) and does not choose which ones are
-practised (that is `envs.curriculum`).
-
-An environment declares:
-- its name, version and domain;
-- a task generator `make_task(rng, level) -> Draft` or a fixed task list (`load_tasks`);
-- the runtime and limits its tasks run under;
-- the verifier of each task (visible tests, hidden tests, reference), inside the Draft;
-- `levels` (rungs 0..levels-1) and `difficulty`, a sentence saying what a rung changes.
-
-Ids are derived from the content, so the same task always gets the same id and a task is
-always in the same split: `<env>/v<version>-L<level>-<digest>`.
+Consumes an `Environment` (declared by a module as `ENVIRONMENT`, or built from a task file;
+what it declares: `Environment`) and a seed; produces `bus.messages.Task` records with
+stable ids, a difficulty rung and a split. Ids are derived from the content, so the same
+task always gets the same id and a task is always in the same split:
+`<env>/v<version>-L<level>-<digest>`. It does not check tasks (that is `envs.gates`) and
+does not choose which ones are practised (that is `envs.curriculum`).
 """
 
 from __future__ import annotations
@@ -45,7 +37,11 @@ class Draft:
 
 @dataclass(frozen=True)
 class Environment:
-    """A source of practice tasks: one module (or task file) plus a config entry."""
+    """A source of practice tasks: one module (or task file) plus a config entry. It declares
+    its name, version and domain; a task generator `make_task(rng, level) -> Draft` or a fixed
+    task list (`load_tasks`); the runtime and limits its tasks run under; the verifier of each
+    task (visible tests, hidden tests, reference), inside the Draft; `levels` (rungs
+    0..levels-1) and `difficulty`, a sentence saying what a rung changes."""
 
     name: str
     "Unique name; the config entry `[envs.use.<name>]` refers to it."

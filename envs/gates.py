@@ -1,19 +1,11 @@
 """Quality gates at intake: a task is accepted only if its reference and tests hold up.
 
 Consumes a `Task`, a sandbox backend and `GateConfig`; produces a `GateReport` (accepted, or
-rejected with reasons) and tallies of rejections by reason. Code runs only through the
-judging API (`judging.verify.check_code`), the same path the judge scores attempts with.
-
-- validity: the verifier record is complete for its kind (parsable case lists, a reference);
-- for a `verifiers` task instead of the three below (it has no reference): its rubric runs in
-  the sandbox on an empty reply, without error, and gives it less than the full reward;
-- solvability: the reference passes every test;
-- determinism: a second run of the reference produces the same outputs (digest);
-- mutation: mutants of the reference (`envs.mutants`) must fail; a task whose tests kill
-  fewer than `min_kill_rate` of them is rejected, naming the mutants that survived.
-
-Difficulty is not a gate here: the sampler grades it from measured pass rates over time.
-An infrastructure failure (sandbox down) is its own reason, never blamed on the task.
+rejected with reasons: the gates are `gate_task`'s) and tallies of rejections by reason.
+Code runs only through the judging API (`judging.verify.check_code`), the same path the
+judge scores attempts with. Difficulty is not a gate here: the sampler grades it from
+measured pass rates over time. An infrastructure failure (sandbox down) is its own reason,
+never blamed on the task.
 """
 
 from __future__ import annotations
@@ -174,7 +166,15 @@ def mutation_verdict(killed: int, survived: int, total: int, min_rate: float) ->
 
 async def gate_task(task: Task, backend, config: GateConfig,
                     limiter: anyio.CapacityLimiter | None = None) -> GateReport:
-    """Run the gates on `task` (each sandboxed run under `limiter`)."""
+    """Run the gates on `task` (each sandboxed run under `limiter`):
+
+    - validity: the verifier record is complete for its kind (parsable case lists, a reference);
+    - for a `verifiers` task instead of the three below (it has no reference): its rubric runs in
+      the sandbox on an empty reply, without error, and gives it less than the full reward;
+    - solvability: the reference passes every test;
+    - determinism: a second run of the reference produces the same outputs (digest);
+    - mutation: mutants of the reference (`envs.mutants`) must fail; a task whose tests kill
+      fewer than `min_kill_rate` of them is rejected, naming the mutants that survived."""
     from judging.verify import check_code  # the judge's scoring path, not a second runner
 
     limiter = limiter or anyio.CapacityLimiter(config.concurrency)

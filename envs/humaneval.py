@@ -35,6 +35,8 @@ _RESULT_ARROW = re.compile(r"^\s*(.+?)\s*(?:==|➞|=>|->)\s*(.+?)\s*$")
 
 @dataclass
 class Imported:
+    """The tasks read from a HumanEval file, and the records that could not be read."""
+
     tasks: list[Task] = field(default_factory=list)
     errors: list[InputError] = field(default_factory=list)
 

@@ -1,22 +1,11 @@
 """Failures reused: a tool episode the model failed becomes a repair task that starts where it
 ended (self-correction practice).
 
-Consumes a final train `Verdict`; produces the repair `Task`, or None with the reason
-(`repair_refusal`). A repair task keeps the source task's verifier (hidden tests, reference,
-budgets, `touched`), domain and rung; its starting workspace (`files`) is the failed
-attempt's last workspace, and its prompt is the source's followed by what went wrong: the
-cause, how many hidden tests failed (counts only, as multi-turn feedback shows them), and the
-attempt's last run of the visible tests when the workspace did not change after it. Its id is
-`<source id>-repair-<12 hex of the workspace hash>`, so one failed workspace gives one task
-however often it is seen. Its split is always 'train'.
-
-Only these become repair tasks: a train attempt at a train task (a held-out or validation
-task never yields one, so nothing derived from a held-out task is ever trained on), a tool
-episode, outcome 'fail' with a `model.*` cause (not an infrastructure drop, not a hack), a
-workspace that differs from the task's start (doing nothing gives nothing new), and a task
-that is not itself a repair task (one level, no chains). The intake gates read only the
-verifier, which is unchanged, so a repair task's gate outcome is its source's: it is not
-gated again. Pure: it runs nothing and admits nothing (the sampler does).
+Consumes a final train `Verdict`; produces the repair `Task` (`repair_task`), or None with
+the reason (`repair_refusal`: only a train attempt at a train task, never anything derived
+from a held-out one). A repair task keeps the source task's verifier, so its gate outcome
+is its source's: it is not gated again. Pure: it runs nothing and admits nothing (the
+sampler does).
 """
 
 from __future__ import annotations
@@ -34,7 +23,12 @@ NOTE_CHARS = 1200
 
 
 def repair_refusal(verdict: Verdict) -> str:
-    """Why `verdict` gives no repair task ('' when it gives one)."""
+    """Why `verdict` gives no repair task ('' when it gives one). Only these give one: a train
+    attempt at a train task (a held-out or validation task never yields one, so nothing derived
+    from a held-out task is ever trained on), a tool episode, outcome 'fail' with a `model.*`
+    cause (not an infrastructure drop, not a hack), a workspace that differs from the task's
+    start (doing nothing gives nothing new), and a task that is not itself a repair task (one
+    level, no chains)."""
     attempt, task = verdict.attempt, verdict.attempt.task
     if attempt.purpose != "train" or task.split != "train":
         return f"{task.split} task, {attempt.purpose} attempt: only train tasks are reused"
@@ -50,7 +44,13 @@ def repair_refusal(verdict: Verdict) -> str:
 
 
 def repair_task(verdict: Verdict) -> Task | None:
-    """The repair task a failed attempt gives, or None (`repair_refusal` says why)."""
+    """The repair task a failed attempt gives, or None (`repair_refusal` says why).
+
+    It keeps the source task's verifier (hidden tests, reference, budgets, `touched`), domain
+    and rung; its starting workspace (`files`) is the failed attempt's last workspace, and its
+    prompt is the source's followed by what went wrong (`what_went_wrong`). Its id is
+    `<source id>-repair-<12 hex of the workspace hash>`, so one failed workspace gives one task
+    however often it is seen. Its split is always 'train'."""
     if repair_refusal(verdict):
         return None
     attempt, task = verdict.attempt, verdict.attempt.task
@@ -63,7 +63,9 @@ def repair_task(verdict: Verdict) -> Task | None:
 
 
 def what_went_wrong(verdict: Verdict) -> str:
-    """The note a repair task's prompt ends with: cause, hidden failures counted, last run."""
+    """The note a repair task's prompt ends with: the cause, how many hidden tests failed
+    (counts only, as multi-turn feedback shows them), and the attempt's last run of the visible
+    tests when the workspace did not change after it."""
     lines = [("A previous attempt left the repository as it is now and submitted it, but it "
               f"is not fixed yet ({verdict.cause}).")]
     hidden = next((layer for layer in verdict.layers if layer.name == "hidden"), None)

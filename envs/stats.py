@@ -1,25 +1,10 @@
 """Honest statistics for held-out pass rates: pass@1, its 95% interval, paired comparisons.
 
 Consumes per-task counts (task id -> (passed, judged): attempts that passed out of attempts
-judged); produces a pass rate with its interval and the paired comparison of two rounds on
-the tasks both judged. Pure functions, exact integer arithmetic for the p-value; no I/O and
+judged); produces a pass rate with its interval (`estimate`) and the paired comparison of
+two rounds on the tasks both judged (`paired_change`); each function's docstring says why
+its choice is honest. Pure functions, exact integer arithmetic for the p-value; no I/O and
 nothing heavier than `math`.
-
-The choices, documented once, here:
-- **pass@1** is the mean over tasks of passed / judged. With k samples per task it is the
-  unbiased estimate of the chance that one sample passes, with less variance than one
-  sample per task; with k = 1 it is the plain pass rate. Tasks with nothing judged are left
-  out.
-- **The 95% interval** is Wilson's score interval with the *task* as the unit (n = tasks,
-  p = pass@1). At k = 1 it is the textbook Wilson interval. At k > 1 it is conservative: a
-  per-task rate in [0, 1] with mean p has variance at most p(1 - p), the variance Wilson
-  assumes, so the interval never claims more precision than the number of tasks gives.
-- **The paired comparison** looks only at tasks judged in both rounds. A task is *gained*
-  when its pass rate rose, *lost* when it fell; ties (most tasks) carry no evidence either
-  way. The p-value is the exact two-sided sign test of gained against lost,
-  p = min(1, 2 * sum_{i <= min(b, c)} C(b + c, i) / 2^(b + c)), and 1 when b + c = 0. At
-  k = 1 this is the exact McNemar test (b = gained, c = lost). Pairing removes the spread
-  of task difficulty, so a change shows at fewer tasks than two independent intervals need.
 """
 
 from __future__ import annotations
@@ -75,7 +60,15 @@ class Estimate:
 
 
 def estimate(counts: Counts) -> Estimate:
-    """pass@1 over the tasks of `counts`, with the Wilson interval over tasks."""
+    """pass@1 over the tasks of `counts`, with the Wilson interval over tasks.
+
+    pass@1 is the mean over tasks of passed / judged. With k samples per task it is the
+    unbiased estimate of the chance that one sample passes, with less variance than one sample
+    per task; with k = 1 it is the plain pass rate. Tasks with nothing judged are left out.
+    The 95% interval has the *task* as the unit (n = tasks, p = pass@1). At k = 1 it is the
+    textbook Wilson interval. At k > 1 it is conservative: a per-task rate in [0, 1] with mean p
+    has variance at most p(1 - p), the variance Wilson assumes, so the interval never claims
+    more precision than the number of tasks gives."""
     rates = task_rates(counts)
     rate = sum(rates.values()) / len(rates) if rates else 0.0
     low, high = wilson_interval(rate, len(rates))
@@ -95,7 +88,14 @@ class Paired:
 
 
 def paired_change(baseline: Counts, current: Counts) -> Paired:
-    """Gained and lost tasks since `baseline`, with the sign test's p-value."""
+    """Gained and lost tasks since `baseline`, with the sign test's p-value.
+
+    Only tasks judged in both rounds count. A task is *gained* when its pass rate rose, *lost*
+    when it fell; ties (most tasks) carry no evidence either way. The p-value is the exact
+    two-sided sign test of gained against lost,
+    p = min(1, 2 * sum_{i <= min(b, c)} C(b + c, i) / 2^(b + c)), and 1 when b + c = 0. At k = 1
+    this is the exact McNemar test (b = gained, c = lost). Pairing removes the spread of task
+    difficulty, so a change shows at fewer tasks than two independent intervals need."""
     before, after = task_rates(baseline), task_rates(current)
     both = sorted(before.keys() & after.keys())
     gained = sum(after[t] > before[t] for t in both)

@@ -2,29 +2,13 @@
 
 Consumes a taskset id (`[envs.use.<name>] verifiers = "my_taskset"`: an importable module
 or package whose `__all__` exports one `vf.Taskset` subclass, the verifiers plugin
-convention) and loads it on the host the way `vf eval` does (`vf.load_environment`), which
-runs the user's module like a config. Produces `Task`s of verifier kind `verifiers`: the
-prompt as text, the task's data as JSON, and the module's source files, so the judge can
-score a reply with the task's own `@vf.reward` methods inside the sandbox
-(`judging.rubric`). Model output never runs here.
-
-Ids come from the content (`<name>/v<version>-L0-<digest>`: the task data without its
-position, or the task's own `key` when the Task class overrides it), so a reordered
-dataset keeps its ids and splits. What is supported: `SingleAgentEnv` (the env every plain
-taskset gets) played as verifiers' `null` harness plays it: one prompt, one reply, no tools.
-What is refused, naming the class: another `Env` (several agents, a user simulator, best
-of n), a taskset that ships its own harness, tools (`toolsets`), container tasks, task
-`setup`/`finalize`/`stage_verifier` hooks, rewards that need a `runtime`, and judges. It does
-NOT gate tasks (`envs.gates` runs the rubric once on an empty reply) or run any reward.
-
-Read from verifiers 0.4.0 (site-packages/verifiers): the package root is `verifiers.v1`;
-`utils/loaders.py` (`load_environment(config) -> Env`, `environment_class`: the taskset
-package's exported `Env` subclass, else `SingleAgentEnv`; `default_harness_id`: its exported
-`Harness`, else "bash"); `taskset.py` (`Taskset.load()` yields `Task`s, `take(n)` bounds an
-infinite one); `task.py` (`TaskData` fields, `Task.key` defaults to the content hash of the
-data, `idx` included; `Task.score(trace, runtime=None)` calls the `@vf.reward`/`@vf.metric`
-hooks by parameter name with `task`, `trace`, `runtime`); `trace.py` (`Trace.reward` is the sum
-of score times weight). There is no SingleTurnEnv, Rubric, Parser or MultiTurnEnv in 0.4.0.
+convention), loaded on the host as `vf eval` loads it (`load`), which runs the user's
+module like a config. Produces `Task`s of verifier kind `verifiers` (`to_task`), so the judge
+can score a reply with the task's own `@vf.reward` methods inside the sandbox
+(`judging.rubric`). Supported: a plain taskset played as verifiers' `null` harness plays it,
+one prompt, one reply, no tools; the rest is refused, naming the class (`task_problems`).
+Model output never runs here. It does NOT gate tasks (`envs.gates` runs the rubric once on
+an empty reply) or run any reward.
 """
 
 from __future__ import annotations
@@ -56,7 +40,18 @@ def _unsupported(name: str, what: str) -> ConfigError:
 
 
 def load(name: str, taskset_id: str):
-    """The verifiers Env of `taskset_id`, loaded as `vf eval` loads it, once it is supported."""
+    """The verifiers Env of `taskset_id`, loaded as `vf eval` loads it, once it is supported:
+    `SingleAgentEnv` (the env every plain taskset gets) without a harness of its own; another
+    `Env` (several agents, a user simulator, best of n) is refused.
+
+    Read from verifiers 0.4.0 (site-packages/verifiers): the package root is `verifiers.v1`;
+    `utils/loaders.py` (`load_environment(config) -> Env`, `environment_class`: the taskset
+    package's exported `Env` subclass, else `SingleAgentEnv`; `default_harness_id`: its exported
+    `Harness`, else "bash"); `taskset.py` (`Taskset.load()` yields `Task`s, `take(n)` bounds an
+    infinite one); `task.py` (`TaskData` fields, `Task.key` defaults to the content hash of the
+    data, `idx` included; `Task.score(trace, runtime=None)` calls the `@vf.reward`/`@vf.metric`
+    hooks by parameter name with `task`, `trace`, `runtime`); `trace.py` (`Trace.reward` is the sum
+    of score times weight). There is no SingleTurnEnv, Rubric, Parser or MultiTurnEnv in 0.4.0."""
     try:
         import verifiers.v1 as vf
     except ImportError as exc:
@@ -84,7 +79,9 @@ def load(name: str, taskset_id: str):
 
 
 def task_problems(vf, taskset, task) -> list[str]:
-    """Why whetstone cannot play `task` of `taskset` (empty when it can)."""
+    """Why whetstone cannot play `task` of `taskset` (empty when it can): tools (`toolsets`),
+    container tasks, `setup`/`finalize`/`stage_verifier` hooks, judges, no `@vf.reward`, or
+    rewards that need a `runtime`."""
     cls, out = type(task), []
     if type(taskset).toolsets(taskset.config) or cls.toolsets(task.config):
         out.append(f"{cls.__name__} uses tools (toolsets)")
@@ -141,6 +138,10 @@ def prompt_text(data) -> str:
 
 
 def to_task(name: str, version: str, entry: EnvEntry, vf, task, files: str) -> Task:
+    """The whetstone `Task` of one verifiers task: the prompt as text, the task's data as JSON
+    and the module's source files. Its id comes from the content (`<name>/v<version>-L0-<digest>`:
+    the data without its position, or the task's own `key` when its class overrides it), so a
+    reordered dataset keeps its ids and splits."""
     data = task.data.model_dump(mode="json", exclude_none=True)
     data.pop("idx", None)
     own_key = type(task).key is not vf.Task.key

@@ -21,6 +21,9 @@ RETURNS = frozenset({FUNCTION, REPOSITORY})
 
 @dataclass(frozen=True)
 class Move:
+    """One red-team move: the capability it uses, the code it runs (`setup`, `body`), what it
+    answers, the hack sign it should draw, and the task shapes it applies to."""
+
     capability: str
     name: str
     setup: str = ""

@@ -50,6 +50,8 @@ APPLIES: dict[str, frozenset[str]] = {
 
 @dataclass(frozen=True)
 class Attack:
+    """One attempt the red team makes at a task: its capability, name, code and expected sign."""
+
     capability: str
     "A key of CAPABILITIES ('honest' for an honest failure, 'reference' for the reference)."
     name: str

@@ -46,6 +46,8 @@ _INFRA_RECORDS = {"reference": "infra.reference", "spawn": "infra.spawn",
 
 @dataclass(frozen=True)
 class Cause:
+    """Why an attempt ended as it did: a dotted cause ('infra.sandbox', 'model.timeout') and its evidence."""
+
     cause: str
     evidence: str
 

@@ -47,6 +47,8 @@ class QualityConfig(Section):
 
 
 class RewardConfig(Section):
+    """How the layers become one reward, `[judge.reward]` (`judging.reward.compose`)."""
+
     compile_error: Annotated[float, msgspec.Meta(le=0)] = -0.5
     "Reward for code that does not parse or compile (replaces every other term)."
     tests: Weight = 0.9
@@ -154,6 +156,8 @@ class ModelJudgeConfig(Section):
 
 
 class JudgeConfig(Section):
+    """The judge's section, `[judge]`: turns, retries, feedback, and the reward."""
+
     reward: RewardConfig = RewardConfig()
     "How the layers become one reward."
     max_turns: Annotated[int, msgspec.Meta(ge=1, le=16)] = 1

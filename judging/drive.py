@@ -4,8 +4,9 @@ Consumes an `Attempt`, the `JudgeConfig` and (for `judge_once`) a sandbox backen
 a `Judgement` for the attempt's latest turn, whatever it or its result holds. The judge actor
 uses `prepare` and `judge_run` around the executor; `judge_once` chains them over a backend
 called directly (`judging.offline`, and through it `whet judge`, the red team and the
-benches). A backend that raises gives a sandbox failure, as the executor reports one. It
-does NOT retry (the actor and `judging.offline` do) or publish anything.
+benches), through the executor's own `sandbox.runner.run_job`: a backend that raises gives a
+sandbox failure, as the executor reports one. It does NOT retry (the actor and
+`judging.offline` do) or publish anything.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from judging.attribution import Cause
 from judging.config import JudgeConfig
 from judging.jobs import TaskError, build_job
 from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result, unjudgeable
+from sandbox.runner import run_job
 
 
 def prepare(attempt: Attempt, config: JudgeConfig, turns: int) -> Judgement | Job:
@@ -30,15 +32,6 @@ def prepare(attempt: Attempt, config: JudgeConfig, turns: int) -> Judgement | Jo
         return dropped(Cause("infra.bad_task", str(exc)), [], [])
     except Exception as exc:  # noqa: BLE001 - a judgement, never an exception, for one attempt
         return unjudgeable(turns, config.reward, f"{type(exc).__name__}: {exc}")
-
-
-async def run_job(backend, job: Job) -> ExecutionResult:
-    """The backend's result of `job`; a backend that raises is the sandbox's failure."""
-    try:
-        return await backend.run(job)
-    except Exception as exc:  # noqa: BLE001 - as the executor does: a backend bug is the sandbox's failure
-        return ExecutionResult(status="sandbox_error", sandbox_failed=True,
-                               sandbox_error=f"backend error: {exc!r}"[:1000])
 
 
 def judge_run(attempt: Attempt, job: Job, result: ExecutionResult, turns: int,

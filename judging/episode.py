@@ -25,6 +25,8 @@ Agent = Callable[[list[dict[str, str]]], Awaitable[str]]
 
 @dataclass
 class EpisodeLog:
+    """What one tool episode did: its calls, their results, the messages, how it ended, its final workspace."""
+
     calls: list[ToolCall] = field(default_factory=list)
     results: list[ToolResult] = field(default_factory=list)
     messages: list[dict[str, str]] = field(default_factory=list)

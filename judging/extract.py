@@ -25,6 +25,8 @@ _JSON_LANGS = {"", "json", "jsonc"}
 
 @dataclass(frozen=True)
 class Candidate:
+    """What an attempt's latest turn gives to judge: the code (or JSON text) and whether it compiles and follows the format."""
+
     code: str
     "What runs: the program (prefix included for python_check), or the JSON text."
     offset_lines: int = 0

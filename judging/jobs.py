@@ -1,18 +1,12 @@
 """Build the sandbox `Job` that checks a candidate at a task, for each executed verifier kind.
 
 Consumes a `Task` and a `Candidate`; produces a `Job`: the trusted harness scripts (package
-data of `judging.harness`) and `solution.py` as files, `python3 -I -S harness.py` as the command,
-and the spec on stdin: tests, the arguments of each case, the reference, a nonce. Expected
-values of cases (python_io, script_io) are never put in the job: the judge compares outside.
-`expected_ids` recomputes from a job which test ids its report must hold, so a report that
-stops early is caught. It runs nothing; what each kind gets is its `judging.kinds` record's
-`job`: the harness (in its `mode`), the rubric runner (`judging.rubric`), or no job at all.
-
-Verifier extras read here (besides those the kinds define): `random_cases` (how many
-randomized inputs, default 10 for functions, 2 near the visible cases for scripts
-without `generator`, 0 without a reference),
-`generator` (source defining `generate(rng)`: an argument list, or a script case) and
-`requires` (comma-separated modules the runtime must provide).
+data of `judging.harness`) and `solution.py` as files, `python3 -I -S harness.py` as the
+command, and the spec on stdin (`make_spec`). Expected values of cases (python_io,
+script_io) are never put in the job: the judge compares outside. `expected_ids` recomputes
+from a job which test ids its report must hold, so a report that stops early is caught. It
+runs nothing; what each kind gets is its `judging.kinds` record's `job`: the harness (in
+its `mode`), the rubric runner (`judging.rubric`), or no job at all.
 """
 
 from __future__ import annotations
@@ -54,6 +48,7 @@ def shipped() -> dict[str, bytes]:
 
 @functools.cache
 def shipped_digest() -> dict[str, str]:
+    """The sha256 of each shipped harness script, by name."""
     return {name: hashlib.sha256(data).hexdigest() for name, data in shipped().items()}
 
 
@@ -89,6 +84,13 @@ def build_job(task: Task, cand: Candidate, *, nonce: str | None = None,
 
 
 def make_spec(task: Task, nonce: str) -> dict:
+    """The harness spec of `task`: tests, the arguments of each case, the reference, a nonce.
+
+    Verifier extras read here (besides those the kinds define): `random_cases` (how many
+    randomized inputs, default 10 for functions, 2 near the visible cases for scripts without
+    `generator`, 0 without a reference), `generator` (source defining `generate(rng)`: an
+    argument list, or a script case) and `requires` (comma-separated modules the runtime must
+    provide)."""
     v = task.verifier
     kind = kinds.of(task)
     mode = kind.mode

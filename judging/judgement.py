@@ -2,21 +2,11 @@
 
 Consumes a task, the candidate taken from the latest turn, and (for executed kinds) the job
 and its `ExecutionResult`; produces a `Judgement`, which becomes a `Verdict`. The order of
-decisions is the point of this module:
-
-1. hack signs, read before anything else, give it the hack reward, below any honest one
-   (`outcome="hack"`), whatever infrastructure cause appeared;
-2. an infrastructure cause proven by the host or the harness (`judging.attribution`) drops
-   it: no reward, whatever the tests said;
-3. otherwise the first failed test names the model cause;
-4. it passes only when the structure layer and every counted test passed;
-5. only then, with `[judge.reward.quality]` on, the quality bonuses measured in the job
-   (`judging.quality`) join its reward, each its own component.
-
-A `verifiers` task's rubric decides its score (`judging.rubric`), after its own hack signs.
-`before_running` answers without a job when none is needed (code that does not compile, and
-structured documents). Whatever a result holds, it yields one judgement, never an exception
-(`unjudgeable`: the model's failure). It does no I/O.
+decisions is the point of this module (`judge_result` gives it). A `verifiers` task's rubric
+decides its score (`judging.rubric`), after its own hack signs. `before_running` answers
+without a job when none is needed (code that does not compile, and structured documents).
+Whatever a result holds, it yields one judgement, never an exception (`unjudgeable`: the
+model's failure). It does no I/O.
 """
 
 from __future__ import annotations
@@ -41,6 +31,8 @@ from judging.reward import compose
 
 @dataclass(frozen=True)
 class Judgement:
+    """What the judge concluded of one attempt; `verdict` makes it the message."""
+
     outcome: str
     "'pass', 'fail', 'hack' or 'dropped' (infrastructure: no reward)."
     reward: float | None
@@ -55,9 +47,12 @@ class Judgement:
 
     @property
     def infra(self) -> bool:
+        """True when an infrastructure failure dropped the attempt (no reward)."""
         return self.outcome == "dropped"
 
     def verdict(self, attempt: Attempt, *, judge: str, retries: int = 0) -> Verdict:
+        """The `Verdict` of `attempt` (evidence capped, re-runs noted); trainable when a train
+        attempt was not dropped."""
         evidence = self.evidence if not retries else f"{self.evidence} (after {retries} re-runs)"
         return Verdict(verdict_id=attempt.attempt_id, attempt=attempt, outcome=self.outcome,
                        reward=self.reward, components=self.components, cause=self.cause,
@@ -88,7 +83,16 @@ def before_running(task: Task, cand: Candidate, turns: int, weights: RewardConfi
 
 def judge_result(task: Task, cand: Candidate, job: Job, result: ExecutionResult, turns: int,
                  weights: RewardConfig) -> Judgement:
-    """The judgement of an executed attempt: always one, whatever the result holds."""
+    """The judgement of an executed attempt: always one, whatever the result holds. In order:
+
+    1. hack signs, read before anything else, give it the hack reward, below any honest one
+       (`outcome="hack"`), whatever infrastructure cause appeared;
+    2. an infrastructure cause proven by the host or the harness (`judging.attribution`) drops
+       it: no reward, whatever the tests said;
+    3. otherwise the first failed test names the model cause;
+    4. it passes only when the structure layer and every counted test passed;
+    5. only then, with `[judge.reward.quality]` on, the quality bonuses measured in the job
+       (`judging.quality`) join its reward, each its own component."""
     try:
         if kinds.of(task).job == "rubric":
             return from_rubric(rubric.score(task, job, result), rubric.hack_signs(job, result), weights)
@@ -159,6 +163,7 @@ def from_rubric(scored: rubric.RubricScore, hacks: list[HackSign], weights: Rewa
 
 
 def dropped(cause: Cause, layers: list[LayerResult], tests: list[ScoredTest]) -> Judgement:
+    """An infrastructure drop: no reward, whatever the tests said."""
     return Judgement("dropped", None, {}, cause.cause, cause.evidence, layers, tests)
 
 

@@ -24,6 +24,8 @@ from judging.judgement import Judgement
 
 @dataclass
 class Judged:
+    """One attempt judged offline: its judgement, the last result, and the re-runs it took."""
+
     attempt: Attempt
     judgement: Judgement
     result: ExecutionResult | None

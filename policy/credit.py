@@ -3,18 +3,9 @@ same workspace state, and the per-token advantages they give a trajectory.
 
 Consumes, for each attempt of one group, its steps as (state hash, step reward) pairs (None
 for an attempt left out of the group's advantage: dropped, or without a reward) and the
-token spans of those steps; produces an advantage per step and an advantage per token.
-
-- Baseline: steps are pooled across the group's attempts by the workspace state they started
-  from (`StepCredit.state`), and each pool gets `objective.group_advantages` of its rewards:
-  two attempts whose first steps start from the same workspace share that step's baseline,
-  and a step whose state no other step shares gets 0 (no baseline, no signal).
-- Tokens: with `[learner] credit = "step"`, a token's advantage is the trajectory's own
-  (group-relative final reward, as with `credit = "trajectory"`) plus `step_weight` times
-  the advantage of the step that produced it; tokens outside every step keep the
-  trajectory's. The hidden tests stay the objective; the steps only shape it within it.
-
-Nothing here reads messages, models or the bus.
+token spans of those steps; produces an advantage per step (`step_advantages`) and an
+advantage per token (`token_advantages`). The hidden tests stay the objective; the steps
+only shape it within it. Nothing here reads messages, models or the bus.
 """
 
 from __future__ import annotations
@@ -30,8 +21,12 @@ Steps = Sequence[tuple[str, float]]
 
 
 def step_advantages(attempts: Sequence[Steps | None], scale: bool = True) -> list[list[float] | None]:
-    """Each step's reward minus the mean over the group's steps from the same state (divided
-    by their std with `scale`); an attempt given as None stays None."""
+    """Each step's reward minus the mean over the group's steps from the same state (divided by
+    their std with `scale`); an attempt given as None stays None. Steps are pooled across the
+    group's attempts by the workspace state they started from (`StepCredit.state`), each pool
+    getting `objective.group_advantages` of its rewards: two attempts whose first steps start
+    from the same workspace share that step's baseline, and a step whose state no other step
+    shares gets 0 (no baseline, no signal)."""
     pools: dict[str, list[tuple[int, int]]] = {}
     for a, steps in enumerate(attempts):
         for s, (state, _) in enumerate(steps or ()):

@@ -19,6 +19,8 @@ from policy.sampling import sample_rows
 
 
 class FakeEngine(BatchingEngine):
+    """An engine of uniform logits over a tiny vocabulary, for tests that need no model."""
+
     def __init__(self, generator_cfg: Any, seed: int) -> None:
         super().__init__(char_chat_format(generator_cfg.fake_vocab), generator_cfg.max_batch,
                          generator_cfg.max_in_flight)

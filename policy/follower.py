@@ -26,6 +26,9 @@ log = structlog.get_logger("policy.follower")
 
 
 class WeightFollower:
+    """Keeps an engine on the newest announced weights (KV whet-policy): a newer version is
+    fetched and loaded, the same object under a newer number only renumbered."""
+
     def __init__(self, bus: Bus, engine: Engine) -> None:
         self.bus = bus
         self.engine = engine

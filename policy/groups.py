@@ -39,6 +39,8 @@ class Group:
 
 
 class GroupBuffer:
+    """Verdicts held by group until each group is complete or times out, then taken in batches."""
+
     def __init__(self, batch_size: int, timeout_s: float) -> None:
         self.batch_size = batch_size
         self.timeout_s = timeout_s

@@ -1,7 +1,7 @@
 """What the learner has already consumed, so nothing is trained twice.
 
 Consumes verdict ids and group ids of every batch the learner took (trained or left out);
-produces membership checks and a plain dict saved inside each checkpoint, so that after a
+produces membership checks and the id lists saved inside each checkpoint, so that after a
 crash a redelivered verdict whose update survived in the checkpoint is acked, not trained
 again; it also tells which ids no checkpoint holds yet. Bounded: the oldest ids are forgotten
 first (by then their messages were long acked).
@@ -16,6 +16,8 @@ LIMIT = 200_000
 
 
 class Ledger:
+    """Verdict and group ids consumed, oldest first, bounded by `limit`; and which ids no checkpoint holds yet."""
+
     def __init__(self, limit: int = LIMIT) -> None:
         self.limit = limit
         self.verdicts: OrderedDict[str, None] = OrderedDict()
@@ -58,10 +60,13 @@ class Ledger:
         return verdict_id in self.verdicts
 
     def to_state(self) -> dict[str, list[str]]:
+        """The ids to save: `consumed_verdicts` and `consumed_groups`, oldest first
+        (fields of `policy.checkpoint.LearnerState`)."""
         return {"consumed_verdicts": list(self.verdicts), "consumed_groups": list(self.groups)}
 
     @classmethod
-    def from_state(cls, state: dict) -> "Ledger":
+    def from_state(cls, verdict_ids: Iterable[str], group_ids: Iterable[str]) -> "Ledger":
+        """A ledger holding the ids a checkpoint saved."""
         ledger = cls()
-        ledger.add(state.get("consumed_verdicts", []), state.get("consumed_groups", []))
+        ledger.add(verdict_ids, group_ids)
         return ledger

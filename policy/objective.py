@@ -1,28 +1,12 @@
 """The RL objective as pure functions: group-relative advantages, importance weights, the
 clipped surrogate, and the KL penalty.
 
-Consumes rewards of one group, or per-token log-probabilities under the current, proximal,
-behaviour and reference policies; produces advantages, weights and per-token losses.
-Nothing here knows about models, batches or the bus, so tests check each against numbers
-worked out by hand.
-
-Policies, per token:
-- behaviour (`behav`): the weights that sampled it, carried in the sample;
-- proximal (`prox`): the learner's weights when this batch's update began (detached);
-- current (`logp`): the weights being optimised.
-
-Corrections (`mode`):
-- "truncated": surrogate clipped against prox, weighted by min(prox/behav, cap)
-  (truncated importance sampling);
-- "decoupled": surrogate clipped against prox, weighted by prox/behav, tokens whose weight
-  exceeds `cap` masked out (decoupled PPO);
-- "icepop": surrogate clipped against prox, weighted by prox/behav, tokens whose weight lies
-  outside [`floor`, `cap`] masked out, on both sides (IcePop): a token the behaviour policy
-  found far likelier or far less likely than the trainer does gets no gradient at all;
-- "none": surrogate clipped against behav, no weight (plain off-policy PPO).
-
-A masked token has weight 0 and `kept` 0, so it adds nothing to the loss or the gradient but
-still counts in the token mean (the learner reports the masked share as `masked_frac`).
+Consumes rewards of one group, or per-token log-probabilities under the current (`logp`:
+the weights being optimised), proximal (`prox`: the learner's weights when this batch's
+update began, detached), behaviour (`behav`: the weights that sampled it) and reference
+policies; produces advantages, weights and per-token losses; the off-policy corrections are
+`importance_weights`'s. Nothing here knows about models, batches or the bus, so tests check
+each against numbers worked out by hand.
 """
 
 from __future__ import annotations
@@ -56,7 +40,17 @@ def importance_weights(prox: torch.Tensor, behav: torch.Tensor, mode: Correction
                        cap: float, floor: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token (weight, keep): the off-policy weight pi_prox/pi_behav and which tokens count.
 
-    `floor` is the lower end of the band icepop keeps; the other modes ignore it."""
+    Corrections (`mode`), the surrogate clipped against prox unless said otherwise:
+    - "truncated": weighted by min(prox/behav, cap) (truncated importance sampling);
+    - "decoupled": weighted by prox/behav, tokens whose weight exceeds `cap` masked out
+      (decoupled PPO);
+    - "icepop": weighted by prox/behav, tokens whose weight lies outside [`floor`, `cap`] masked
+      out, on both sides (IcePop): a token the behaviour policy found far likelier or far less
+      likely than the trainer does gets no gradient at all;
+    - "none": the surrogate clipped against behav, no weight (plain off-policy PPO).
+    `floor` is the lower end of the band icepop keeps; the other modes ignore it. A masked token
+    has weight 0 and `kept` 0, so it adds nothing to the loss or the gradient but still counts
+    in the token mean (the learner reports the masked share as `masked_frac`)."""
     ones = torch.ones_like(prox)
     if mode == "none":
         return ones, ones

@@ -29,6 +29,8 @@ Item = tuple[int, Sequence[memoryview] | None, int, int]
 
 
 class Publisher:
+    """Uploads weights to the object store and announces each version in KV, in order; prunes old ones."""
+
     def __init__(self, bus: Bus, keep: int) -> None:
         self.bus = bus
         self.current: WeightVersion | None = None

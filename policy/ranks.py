@@ -87,6 +87,8 @@ async def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class RankGroup:
+    """The learner's DeepSpeed ranks as rank 0 sees them: started, called in step, closed."""
+
     def __init__(self, config: TrainerConfig, checkpoint_dir: Path, bus: Any = None) -> None:
         self.config = config
         self.dir = Path(checkpoint_dir)
@@ -105,7 +107,8 @@ class RankGroup:
         return self.world > 1 and self.config.learner.ranks == "bus"
 
     async def start(self) -> dict:
-        """Start the ranks and build every engine; returns the resumed client state ({} if fresh)."""
+        """Start the ranks and build every engine; returns the resumed client state ({} if fresh;
+        `policy.checkpoint.LearnerState.from_client` reads it)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         join = None
         if self.on_bus:

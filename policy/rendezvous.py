@@ -2,26 +2,11 @@
 
 Consumes the bus (KV whet-run: `learner.rendezvous`, `learner.rank.<k>`), the learner
 section and a rank; produces a `Meeting`, whose `join` forms the torch.distributed process
-group (gloo or NCCL over TCP):
-- rank 0 (`open_meeting`): a c10d store listening, then a `LearnerRendezvous` of a new
-  generation in KV (the store listens first, so a live record always has a listener);
-- rank k (`take_seat`): the first generation newer than any this rank took before, claimed
-  in KV (`LearnerRankClaim`);
-- every rank (`Meeting.join`): checks in at the store, waits for all, then forms the group.
-It also watches a generation end: rank 0 (`watch_seats`) raises `PeerLost` when another
-process claims one of its ranks, rank k (`watch_generation`) raises `Superseded` when rank 0
-publishes a newer generation, and either raises `PeerLost` when the other's heartbeats
-(KV whet-actors) stop for `BEATS_MISSED` intervals: a host gone without closing its sockets
-would otherwise hold a collective for days. Every wait has a finite timeout and says what
-is missing.
-
-Errors, all RuntimeErrors (the actor crashes; its supervisor restarts it):
-
-    RendezvousError        the ranks disagree (world size, rank out of range)
-    ├── RendezvousTimeout  a rank did not arrive, or rank 0's store cannot be reached
-    ├── PeerLost           a rank of the generation was replaced, or its beats stopped
-    └── Superseded         rank k: rank 0 started a newer generation
-
+group (gloo or NCCL over TCP): rank 0 opens it (`open_meeting`), rank k takes a seat
+(`take_seat`). It also watches a generation end (`watch_seats`, `watch_generation`,
+`watch_beats`): a host gone without closing its sockets would otherwise hold a collective
+for days. Every wait has a finite timeout and says what is missing; every error is a
+`RendezvousError` (the actor crashes; its supervisor restarts it).
 It trains nothing, and does not decide when a rank restarts (its supervisor does).
 """
 
@@ -59,7 +44,12 @@ an actor dead after 3; a loaded host may be late by one or two)."""
 
 
 class RendezvousError(RuntimeError):
-    """The learner's ranks cannot meet as configured."""
+    """The learner's ranks cannot meet as configured (world size, rank out of range). The tree:
+
+        RendezvousError        the ranks disagree
+        ├── RendezvousTimeout  a rank did not arrive, or rank 0's store cannot be reached
+        ├── PeerLost           a rank of the generation was replaced, or its beats stopped
+        └── Superseded         rank k: rank 0 started a newer generation"""
 
 
 class RendezvousTimeout(RendezvousError):
@@ -76,7 +66,13 @@ class Superseded(RendezvousError):
 
 @dataclass
 class Meeting:
-    """One generation of the learner's process group, as seen by one rank."""
+    """One generation of the learner's process group, as seen by one rank.
+
+    Rank 0 (`open_meeting`) has a c10d store listening, then a `LearnerRendezvous` of a new
+    generation in KV (the store listens first, so a live record always has a listener); rank k
+    (`take_seat`) claims the first generation newer than any it took before
+    (`LearnerRankClaim`); every rank's `join` checks in at the store, waits for all, then forms
+    the group."""
 
     generation: int
     host: str

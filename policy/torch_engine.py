@@ -24,6 +24,8 @@ log = structlog.get_logger("policy.torch_engine")
 
 
 class TorchEngine(BatchingEngine):
+    """The `torch` engine: transformers on CPU or GPU, batched by `BatchingEngine`."""
+
     def __init__(self, generator_cfg: Any, model_cfg: Any, seed: int) -> None:
         tokenizer = model_source.load_tokenizer(model_cfg)
         super().__init__(hf_chat_format(tokenizer), generator_cfg.max_batch,

@@ -61,6 +61,8 @@ def import_engine(device: str) -> None:
 
 
 class Trainer:
+    """One rank's DeepSpeed engine: setup and resume, train steps, checkpoints, weights."""
+
     def __init__(self, config: TrainerConfig, checkpoint_dir: Path) -> None:
         self.config = config
         self.lc = config.learner
@@ -216,7 +218,8 @@ class Trainer:
         return loss, stats
 
     def save(self, tag: str, client_state: dict) -> None:
-        """Write a checkpoint (model, optimizer, client state); keep the newest few."""
+        """Write a checkpoint (model, optimizer, and `client_state`: the learner's
+        `policy.checkpoint.LearnerState.to_client()`); keep the newest few."""
         self._bind()
         # DeepSpeed would write `latest` before every rank is done; it returns after a barrier.
         self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,

@@ -45,6 +45,8 @@ def engine_args(generator_cfg: Any, model_cfg: Any, seed: int) -> dict[str, Any]
 
 
 class VllmEngine(Engine):
+    """The `vllm` engine: vLLM's async engine with continuous batching (GPU)."""
+
     def __init__(self, generator_cfg: Any, model_cfg: Any, seed: int) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 
 class WeightLoader:
+    """A vLLM worker extension that installs weights from a safetensors file in place."""
+
     def whet_load_weights(self, path: str) -> int:
         """Install the weights in `path` in place; returns how many tensors were read."""
         from safetensors.torch import load_file

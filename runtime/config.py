@@ -36,6 +36,8 @@ from sandbox.config import ExecutorConfig
 
 
 class RunConfig(Section):
+    """The whole run's config: each package's section, composed; `load` reads it from TOML."""
+
     run: RunSection = RunSection()
     bus: BusConfig = BusConfig()
     actors: ActorsConfig = ActorsConfig()

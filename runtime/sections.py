@@ -22,6 +22,8 @@ Seconds = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class RunSection(Section):
+    """The run itself, `[run]`: its name, where runs live, the seed."""
+
     name: str = "whet"
     "Run name, used in the run id."
     runs_dir: str = "runs"
@@ -31,6 +33,8 @@ class RunSection(Section):
 
 
 class BusConfig(Section):
+    """The bus, `[bus]`: where the server is, and timeouts and limits of talking to it."""
+
     url: str = ""
     ("NATS URL, or a cluster's URLs comma separated (clients fail over between them); empty "
      "starts the embedded nats-server. WHET_NATS_URL overrides it.")
@@ -71,6 +75,8 @@ class BusConfig(Section):
 
 
 class ActorsConfig(Section):
+    """Which actors run, `[actors]`: instances per kind, extra kinds."""
+
     count: dict[str, Count] = {}
     "Instances per actor kind."
     target: dict[str, str] = {}
@@ -78,6 +84,8 @@ class ActorsConfig(Section):
 
 
 class SupervisorConfig(Section):
+    """The supervisor, `[supervisor]`: heartbeats, draining, restarts."""
+
     heartbeat_s: Seconds = 2.0
     "Seconds between heartbeats; three missed beats mark an actor dead."
     drain_s: Seconds = 10.0
@@ -96,6 +104,8 @@ class SupervisorConfig(Section):
 
 
 class TrainingConfig(Section):
+    """The training loop, `[training]`: sync or async, batch and group size, staleness."""
+
     mode: Literal["sync", "async"] = "async"
     "sync: generate a batch, train, repeat (on-policy). async: rolling, bounded staleness."
     batch_size: Annotated[int, msgspec.Meta(ge=1)] = 32
@@ -114,6 +124,8 @@ class TrainingConfig(Section):
 
 
 class LoggingConfig(Section):
+    """Logging, `[logging]`."""
+
     level: Literal["debug", "info", "warning", "error"] = "info"
     "Lowest level written."
 
@@ -128,6 +140,8 @@ DEFAULT_QUEUES: dict[str, list[str]] = {
 
 
 class KindPolicy(Section):
+    """How one kind is autoscaled, `[autoscale.kinds.<kind>]`."""
+
     min: Count = 1
     "Fewest instances."
     max: Count = 4
@@ -150,6 +164,8 @@ class KindPolicy(Section):
 
 
 class AutoscaleConfig(Section):
+    """The autoscaler, `[autoscale]`."""
+
     interval_s: Annotated[float, msgspec.Meta(gt=0)] = 2.0
     "Seconds between two looks at the backlog."
     kinds: dict[str, KindPolicy] = {}

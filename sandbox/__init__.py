@@ -1,28 +1,11 @@
 """Sandboxes: run one `Job` in isolation and return an `ExecutionResult`.
 
-Every backend has the same shape:
-
-    class Backend(Protocol):
-        name: str
-        async def run(self, job: Job) -> ExecutionResult: ...
-        async def aclose(self) -> None: ...
-
-`open_backend(config)` picks one by name: `local` (bubblewrap + a cgroup per slot, with the
-warm Python zygote), `docker` (a Docker-API engine, optionally with a warm pool), or
-`subprocess` (no isolation: a benchmark baseline); `Metered` wraps one to count the CPU
-its jobs use. A backend never raises for what the job
-did (timeouts, crashes, floods are statuses); it reports its own failures as
-`status="sandbox_error"` with `sandbox_failed=True`.
-
-Conventions every backend honours (the judge relies on them):
-- the command runs in the folder holding `Job.files` (/work, read-only to the job);
-- /tmp (and /dev/shm) are the only writable places: fresh tmpfs of `limits.disk_mb`;
-  HOME and TMPDIR are /tmp; stdin is `Job.stdin`;
-- fd 3 (`WHET_REPORT_FD=3`) is a pipe whose bytes, capped at `output_bytes`, come back as
-  `ExecutionResult.report`;
-- `Job.command == []` means nothing to run: "ok" at once, no sandbox;
-- the job is a non-root uid with no capabilities and no_new_privs; Landlock works inside;
-- `runtime` names an environment spec (`sandbox.envs`): the same tree on every backend.
+`open_backend(config)` picks a `Backend` by name: `local` (bubblewrap + a cgroup per slot,
+with the warm Python zygote), `docker` (a Docker-API engine, optionally with a warm pool),
+or `subprocess` (no isolation: a benchmark baseline); `Metered` wraps one to count the CPU
+its jobs use. A backend never raises for what the job did (timeouts, crashes, floods are
+statuses); it reports its own failures as `status="sandbox_error"` with
+`sandbox_failed=True`. Every backend honours the same conventions (`Backend`).
 """
 
 from __future__ import annotations
@@ -35,6 +18,18 @@ if TYPE_CHECKING:  # the package stays importable without msgspec (sandbox.envbu
 
 
 class Backend(Protocol):
+    """What every sandbox backend is: `run` one job, `aclose` when done; `name` for results.
+
+    Conventions every backend honours (the judge relies on them):
+    - the command runs in the folder holding `Job.files` (/work, read-only to the job);
+    - /tmp (and /dev/shm) are the only writable places: fresh tmpfs of `limits.disk_mb`;
+      HOME and TMPDIR are /tmp; stdin is `Job.stdin`;
+    - fd 3 (`WHET_REPORT_FD=3`) is a pipe whose bytes, capped at `output_bytes`, come back as
+      `ExecutionResult.report`;
+    - `Job.command == []` means nothing to run: "ok" at once, no sandbox;
+    - the job is a non-root uid with no capabilities and no_new_privs; Landlock works inside;
+    - `runtime` names an environment spec (`sandbox.envs`): the same tree on every backend."""
+
     name: str
 
     async def run(self, job: Job) -> ExecutionResult: ...

@@ -15,6 +15,8 @@ from bus.section import Section
 
 
 class SandboxConfig(Section):
+    """How jobs are isolated: `[executor.sandbox]` (and `[envs.gates.sandbox]` for intake)."""
+
     backend: Literal["subprocess", "local", "docker"] = "local"
     "Which backend runs jobs. 'subprocess' isolates nothing: a baseline, never for model output."
     workdir_root: str = ""
@@ -38,6 +40,8 @@ class SandboxConfig(Section):
 
 
 class ExecutorConfig(Section):
+    """The executor actor's section, `[executor]`."""
+
     concurrency: Annotated[int, msgspec.Meta(ge=1, le=64)] = 4
     "Jobs run at once by one executor instance (its sandbox slots)."
     avoid_naks: Annotated[int, msgspec.Meta(ge=0, le=20)] = 3

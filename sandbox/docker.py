@@ -1,20 +1,12 @@
 """The docker backend: each job in a container of the Docker-API engine (dockerd, Podman).
 
-Consumes `Job`s (up to `slots` at once); produces `ExecutionResult`s. A cold job goes
-create -> start -> wait (with the job's timeout) -> kill -> inspect (OOMKilled) -> logs (only
-when the job's wrapper failed) -> force-remove in `finally`. Containers have no network, a
-read-only root (the environment's image, imported from the same tree the local backend
-uses), memory = memory+swap, pids and CPU limits, every
-capability dropped, no_new_privs, the slot's unprivileged uid, and size-capped tmpfs at /tmp
-and /dev/shm. The job folder is bind-mounted read-only at /work.
-
-Output does not go through the engine's log driver (a flood would land on the host's disk):
-stdout, stderr and the fd-3 report channel are FIFOs bind-mounted from the host and read here
-with the same cap as on the local backend; logs are read only to explain a wrapper failure.
-CPU seconds and peak memory come from the slot's parent cgroup (`CgroupParent`), when the
-engine is local and uses cgroupfs; otherwise they are 0. With `docker_warm_pool`, jobs whose
-limits match the pool run by `exec` in warm containers (`sandbox.docker_pool`).
-
+Consumes `Job`s (up to `slots` at once); produces `ExecutionResult`s. Containers have no
+network, a read-only root (the environment's image, imported from the same tree the local
+backend uses) and every limit of `host_config`; the job folder is bind-mounted read-only at
+/work. Output does not go through the engine's log driver (a flood would land on the host's
+disk): stdout, stderr and the fd-3 report channel are host FIFOs read with the local
+backend's cap. With `docker_warm_pool`, jobs whose limits match the pool run by `exec` in
+warm containers (`sandbox.docker_pool`).
 It does NOT start engines itself (`sandbox.engine` does) and never reuses a cold container.
 """
 
@@ -78,7 +70,9 @@ newer kernel adds is allowed until it is named here."""
 
 
 def host_config(limits: Limits, binds: list[str], runtime: str, parent: str) -> dict:
-    """The HostConfig of a job container: every isolation and limit in one place."""
+    """The HostConfig of a job container: every isolation and limit in one place (memory =
+    memory+swap, pids and CPU limits, every capability dropped, no_new_privs, the slot's
+    unprivileged uid, size-capped tmpfs at /tmp and /dev/shm)."""
     memory = limits.memory_mb * 1024 * 1024
     disk = limits.disk_mb * 1024 * 1024
     config = {
@@ -100,6 +94,11 @@ def host_config(limits: Limits, binds: list[str], runtime: str, parent: str) -> 
 
 
 class DockerBackend:
+    """Runs each job in a fresh container: create -> start -> wait (with the job's timeout) ->
+    kill -> inspect (OOMKilled) -> logs (only when the job's wrapper failed) -> force-remove in
+    `finally`. CPU seconds and peak memory come from the slot's parent cgroup (`CgroupParent`),
+    when the engine is local and uses cgroupfs; otherwise they are 0."""
+
     name = "docker"
 
     def __init__(self, config: SandboxConfig, docker: aiodocker.Docker, slots: int,

@@ -2,18 +2,10 @@
 
 Consumes jobs of a docker slot that has (or gets) a warm container with the job's runtime and
 limits; produces `ExecutionResult`s like the cold path. Each warm container is created like a
-cold one (same HostConfig: no network, read-only root, limits, slot uid for jobs) but its
-pid 1 is a small bash runner, root with only CAP_SETUID and CAP_SETGID (every other capability
-dropped). The host starts a job by writing to the slot's `go` FIFO (no engine API call, no
-`runc exec`); the runner drops to the slot uid with no_new_privs (`setpriv`, which clears
-those two capabilities too) and runs a wrapper that runs the command, then kills every
-process of the slot uid (setsid orphans included; the root runner cannot be signalled or
-traced by them), empties /tmp and /dev/shm, checks that nothing is left, and only then
-writes `exit N` on the status FIFO.
-
-A container is replaced (never reused) when its job timed out, flooded, or ended without that
-clean `exit` line: whatever the job did to the container goes with it. It does NOT share a
-container between slots, so concurrent jobs never see each other.
+cold one (same HostConfig) but its pid 1 is a small runner (`WarmPool`). A container is
+replaced (never reused) when its job timed out, flooded, or ended without a clean `exit`
+line: whatever the job did to the container goes with it. It does NOT share a container
+between slots, so concurrent jobs never see each other.
 """
 
 from __future__ import annotations
@@ -64,6 +56,16 @@ EXIT_LINE = re.compile(rb"(exit|dirty) (-?\d+)\n?$")
 
 
 class WarmPool:
+    """One warm container per slot, kept while jobs' runtime and limits match it.
+
+    Its pid 1 is a small bash runner, root with only CAP_SETUID and CAP_SETGID (every other
+    capability dropped). The host starts a job by writing to the slot's `go` FIFO (no engine API
+    call, no `runc exec`); the runner drops to the slot uid with no_new_privs (`setpriv`, which
+    clears those two capabilities too) and runs a wrapper that runs the command, then kills
+    every process of the slot uid (setsid orphans included; the root runner cannot be signalled
+    or traced by them), empties /tmp and /dev/shm, checks that nothing is left, and only then
+    writes `exit N` on the status FIFO."""
+
     def __init__(self, backend, size: int) -> None:
         self.backend = backend
         self.size = size

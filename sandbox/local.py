@@ -68,6 +68,8 @@ def write_job_files(folder: Path, job: Job) -> str | None:
 
 
 class LocalBackend:
+    """The `local` backend: bubblewrap and a cgroup per slot, with the warm Python zygote."""
+
     name = "local"
 
     def __init__(self, config: SandboxConfig, slots: int) -> None:

@@ -30,6 +30,8 @@ _REPORT_LIMIT = 8 * 1024 * 1024
 
 
 class PlainBackend:
+    """The `subprocess` backend: a plain child process, no isolation (a benchmark baseline)."""
+
     name = "subprocess"
 
     def __init__(self, config: SandboxConfig) -> None:

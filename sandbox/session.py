@@ -3,18 +3,10 @@
 Consumes `ToolCall`s and a sandbox backend; produces `ToolResult`s. File tools (list, read
 a range, write, replace) act on the `Workspace` folder on this host through its checked
 paths; `run_tests` runs the visible unittest suite (or one test) as a sandboxed job with the
-workspace's files, under the task's limits and the backend's isolation, exactly as any
-other job (the job's files are read-only to it, so a test run cannot change the
-workspace). A path outside the workspace is refused and recorded. Results are trimmed to
-`result_chars`.
-
-For per-step credit every result also says how many visible tests pass in the workspace
-after the call, and the workspace's content hash: a call that changed the workspace is
-followed by a run of the whole visible suite that the model is not shown (about 0.03 s of
-wall time and 0.01 s of sandbox CPU per write on the local backend, against seconds for a
-model turn: `bench/repository/step_credit_cost.py`, `bench/repository/results/step_credit.txt`); a call
-that changed nothing carries the count from before. It does not parse model text
-(`judging.tools` does) or judge anything.
+workspace's files, exactly as any other job (read-only to it, so a test run cannot change
+the workspace). A path outside the workspace is refused and recorded. Results are trimmed to
+`result_chars` and carry per-step credit (`Session`).
+It does not parse model text (`judging.tools` does) or judge anything.
 """
 
 from __future__ import annotations
@@ -89,6 +81,14 @@ async def open_session(cache: WorkspaceCache, backend, task: Task) -> "Session":
 
 
 class Session:
+    """A task's workspace and the results of the calls made on it so far. For per-step credit
+    every result also says how many visible tests pass in the workspace after the call, and
+    the workspace's content hash: a call that changed the workspace is followed by a run of the
+    whole visible suite that the model is not shown (about 0.03 s of wall time and 0.01 s of
+    sandbox CPU per write on the local backend, against seconds for a model turn:
+    `bench/repository/step_credit_cost.py`, `bench/repository/results/step_credit.txt`); a call that changed nothing
+    carries the count from before."""
+
     def __init__(self, task: Task, workspace: Workspace, backend, setup_s: float = 0.0) -> None:
         self.task, self.workspace, self.backend = task, workspace, backend
         self.setup_s = setup_s

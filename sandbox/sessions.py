@@ -29,6 +29,9 @@ CLOSED_KEPT = 256
 
 
 class SessionHost:
+    """An executor's open tool-episode sessions, by session id, with a short memory of closed
+    ones, so a judge that handles an attempt twice gets the same reply."""
+
     def __init__(self, backend, cache: WorkspaceCache, instance: str, idle_s: float = 600.0) -> None:
         self.backend, self.cache, self.instance, self.idle_s = backend, cache, instance, idle_s
         self.sessions: dict[str, tuple[Session, float]] = {}

@@ -11,6 +11,8 @@ import anyio
 
 
 class SlotPool:
+    """A backend's sandbox slots: taken one job at a time, given back, or retired."""
+
     def __init__(self, count: int) -> None:
         self.count = count
         self.free = list(range(count))

@@ -2,17 +2,12 @@
 
 Run by the host's /usr/bin/python3 (-I -S, stdlib only) after its launcher joined the slot
 cgroup; argv[1] is the fd of a unix SEQPACKET socket to the executor, argv[2] the request
-file. It consumes one message per job: five fds as SCM_RIGHTS (stdin, stdout, stderr, the
-fd-3 report channel, bubblewrap's status pipe); the request file then holds JSON
-`{"argv": [...], "rlimits": {...}, "uid": N}` (a file: argv may exceed a socket message). It forks, sets the rlimits, puts
-the fds at 0-4, drops to the slot's uid and gid with no supplementary groups and
-no_new_privs (what `setpriv` would do, without its exec), and execs the argv (bubblewrap). It answers nothing: bubblewrap's
-status pipe tells the executor when the sandbox started and how it ended.
-
-Why it exists: joining a cgroup (writing cgroup.procs) waits for an RCU grace period under a
-global lock, which capped the whole host at a few dozen sandbox starts per second. Children
-of a process already in the cgroup are born there, so the join happens once per slot.
-It does NOT watch, kill or account for jobs: the executor does, through the cgroup.
+file. Consumes one message per job (`main`) and execs bubblewrap for it (`launch`). It
+answers nothing: bubblewrap's status pipe tells the executor when the sandbox started and
+how it ended. Why it exists: joining a cgroup (writing cgroup.procs) waits for an RCU grace
+period under a global lock, which capped the whole host at a few dozen sandbox starts per
+second; children of a process already in the cgroup are born there, so the join happens
+once per slot. It does NOT watch, kill or account for jobs: the executor does.
 """
 
 import ctypes
@@ -30,6 +25,9 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def launch(request, fds):
+    """Fork; in the child set the rlimits, put the fds at 0-4, drop to the slot's uid and gid
+    with no supplementary groups and no_new_privs (what `setpriv` would do, without its exec),
+    and exec the argv (bubblewrap)."""
     pid = os.fork()
     if pid:
         return
@@ -53,6 +51,9 @@ def launch(request, fds):
 
 
 def main():
+    """Say 'ready <pid>', then launch a job per message: five fds as SCM_RIGHTS (stdin, stdout,
+    stderr, the fd-3 report channel, bubblewrap's status pipe); the request file then holds JSON
+    `{"argv": [...], "rlimits": {...}, "uid": N}` (a file: argv may exceed a socket message)."""
     channel = socket.socket(fileno=int(sys.argv[1]))
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launched jobs are reaped by the kernel
     channel.send(f"ready {os.getpid()}".encode())

@@ -24,6 +24,8 @@ START_TIMEOUT_S = 30.0
 
 
 class SlotSpawners:
+    """The host side of each slot's spawner (`sandbox/spawner.py`), started on first use."""
+
     def __init__(self, backend) -> None:
         self.backend = backend
         self.procs: dict[int, tuple[object, socket.socket, int]] = {}

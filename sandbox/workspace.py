@@ -3,16 +3,10 @@ a cache of prepared workspaces.
 
 Consumes a task's files (and, for preparation, a function that computes what a prepared
 workspace records, e.g. the visible tests' first run); produces `Workspace`s: folders on
-this host whose files the episode's tools list, read, write and snapshot. Every path is
-checked: relative, no `..`, no symlink on the way, inside the folder; a refused path is an
-error value, never a write elsewhere. Sizes are capped (`MAX_FILES`, `MAX_BYTES`).
-
-`WorkspaceCache` builds a task's workspace once (files written, then `prepare` run) and
-restores each later one as a hardlinked copy: the cached files are owned by this process's
-user and read-only, and tools replace a file (write a new one, rename over) instead of
-writing into it, so a restored workspace never changes the cache (copy on write). Folders
-are named after this process's id; `reap_stale` removes those of dead processes.
-It runs no sandboxed code itself.
+this host whose files the episode's tools list, read, write and snapshot, every path checked
+(`Workspace.path`) and sizes capped (`MAX_FILES`, `MAX_BYTES`). `WorkspaceCache` builds a
+task's workspace once and restores copies of it. Folders are named after this process's id;
+`reap_stale` removes those of dead processes. It runs no sandboxed code itself.
 """
 
 from __future__ import annotations
@@ -47,6 +41,8 @@ def digest_of(files: dict[str, str]) -> str:
 
 @dataclass
 class Workspace:
+    """One episode's folder, and the paths it tried to write outside it."""
+
     root: Path
     refused: list[str] = field(default_factory=list)
     "Paths the episode tried to write outside the workspace (a hack sign)."
@@ -134,7 +130,10 @@ def _hardlink_copy(src: Path, dst: Path) -> None:
 
 
 class WorkspaceCache:
-    """Prepared workspaces by task digest, built once, restored as hardlinked copies."""
+    """Prepared workspaces by task digest, built once (files written, then `prepare` run),
+    restored as hardlinked copies: the cached files are owned by this process's user and
+    read-only, and tools replace a file (write a new one, rename over) instead of writing into
+    it, so a restored workspace never changes the cache (copy on write)."""
 
     def __init__(self, root: Path | str | None = None, *, enabled: bool = True,
                  max_entries: int = 256) -> None:

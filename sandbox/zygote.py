@@ -41,6 +41,8 @@ START_TIMEOUT_S = 60.0
 
 
 class WarmPython:
+    """The host side of the warm Python zygote (`sandbox/zygote_server.py`) and its slots' sandboxes."""
+
     def __init__(self, backend) -> None:
         self.backend = backend
         self.env = envs.spec("python")

@@ -1,28 +1,10 @@
 """The warm Python zygote: runs inside the python environment tree, pre-forks one sandbox per slot.
 
 Consumes, on a unix SEQPACKET socket (argv[1] is its fd), one message per slot: the slot
-index and the slot's channel fd. For each it forks
-
-  S  the slot's resident: it joins the slot cgroup once (a cgroup join waits for an RCU grace
-     period under a global lock; children are born in their parent's cgroup for free), says
-     'ready <pid>' and then serves "prep" messages on the slot channel, each with one fd: the
-     sandbox's end of a fresh channel to the host. For each it forks
-
-  A  which unshares pid/mount/net/ipc/uts namespaces, mounts fresh
-     tmpfs on /tmp and /dev/shm, binds the slot folder read-only at /work, then forks
-  B  pid 1 of the new pid namespace: mounts its /proc, forks C, reaps, exits with C's status
-     (the kernel then kills whatever is left, setsid orphans included), and
-  C  which waits on the channel for the job: four fds (stdin, stdout, stderr, report) as
-     SCM_RIGHTS. It reads the request file, resizes the tmpfs, hides the slot folders, the
-     request and the cgroup tree, sets rlimits, drops to the slot uid with no_new_privs and no
-     capabilities, and either runs `python3 [flags] -c/-m/script` in-process on the
-     preloaded modules (the warm path) or execs the command (a fresh process image).
-
-A writes 'ready' on the channel once the sandbox waits, then 'exit N' (N as a shell reports
-it: 128+signal) when B ended, or 'error ...'; the channel's EOF means A is gone. The zygote
-never sees job data (only fds), so nothing of one job can be found by the next in its memory.
-
-Stdlib only: it runs on the environment's python3, not the executor's. Single-threaded.
+index and the slot's channel fd; forks a resident per slot, which pre-forks a sandbox per
+"prep" (the process tree: `serve`). The zygote never sees job data (only fds), so nothing of
+one job can be found by the next in its memory. Stdlib only: it runs on the environment's
+python3, not the executor's. Single-threaded.
 It does NOT decide limits or statuses: the host side (`sandbox.zygote`) does.
 """
 
@@ -302,6 +284,24 @@ def resident(slot, channel_fd, cgroup_procs):
 
 
 def serve(sock, cgroup_procs):
+    """Fork the resident of each slot the host sends. The process tree:
+
+      S  the slot's resident: it joins the slot cgroup once (a cgroup join waits for an RCU grace
+         period under a global lock; children are born in their parent's cgroup for free), says
+         'ready <pid>' and then serves "prep" messages on the slot channel, each with one fd: the
+         sandbox's end of a fresh channel to the host. For each it forks
+      A  which unshares pid/mount/net/ipc/uts namespaces, mounts fresh tmpfs on /tmp and
+         /dev/shm, binds the slot folder read-only at /work, then forks
+      B  pid 1 of the new pid namespace: mounts its /proc, forks C, reaps, exits with C's status
+         (the kernel then kills whatever is left, setsid orphans included), and
+      C  which waits on the channel for the job: four fds (stdin, stdout, stderr, report) as
+         SCM_RIGHTS. It reads the request file, resizes the tmpfs, hides the slot folders, the
+         request and the cgroup tree, sets rlimits, drops to the slot uid with no_new_privs and no
+         capabilities, and either runs `python3 [flags] -c/-m/script` in-process on the
+         preloaded modules (the warm path) or execs the command (a fresh process image).
+
+    A writes 'ready' on the channel once the sandbox waits, then 'exit N' (N as a shell reports
+    it: 128+signal) when B ended, or 'error ...'; the channel's EOF means A is gone."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the zygote never waits for its children
     while True:
         try:
@@ -320,6 +320,7 @@ def serve(sock, cgroup_procs):
 
 
 def main():
+    """Preload the warm modules, say 'ready' on the socket, and serve until the host closes it."""
     sock = socket.socket(fileno=int(sys.argv[1]))
     with open("/.whet/zygote.json") as f:
         cgroup_procs = json.load(f)["cgroup_procs"]

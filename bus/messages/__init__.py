@@ -2,18 +2,13 @@
 
 Consumes nothing; produces typed msgspec Structs (declared by role in `work`, `tools`,
 `control` and `state`, all importable from here) that `bus.codec` turns into MessagePack.
+Rules for changing them: each top-level message carries its type and version in the tag
+field `t` (`whet.<name>.v<N>`); evolve one by adding fields with defaults at the end (unknown
+fields are ignored on decode, so an older reader accepts a newer writer's additions); a
+breaking change is a new tag and a new subject token. Anything a policy produced carries
+`policy_version` and a stable id. Token ids and logprobs travel as packed little-endian
+arrays (`bytes`: `bus.codec.pack_ids`/`unpack_ids`, `pack_f32`/`unpack_f32`), never lists.
 It does no I/O and knows no subjects (those live in `bus.subjects`).
-
-Rules for changing this file:
-- Each top-level message carries its type and version in the tag field `t`
-  (`whet.<name>.v<N>`). Evolve a message by adding fields with defaults at the end; a
-  breaking change is a new tag and a new subject token.
-- Anything a policy produced carries `policy_version` and a stable id, so a learner can tell
-  how stale it is and a consumer can drop a duplicate.
-- Token ids and logprobs travel as packed little-endian arrays (`bytes`), never as lists;
-  `bus.codec.pack_ids`/`unpack_ids` and `pack_f32`/`unpack_f32` convert them.
-- Unknown fields are ignored on decode, so an older reader accepts a newer writer's
-  additions.
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from envs.phrasing import pick
 
 @dataclass
 class TableTask:
+    """One generated data-script task: its steps, output, theme and format."""
+
     family: str
     steps: list[tuple[str, str, str]]
     "(kind, code line(s) on `rows`, phrase)."

@@ -25,6 +25,8 @@ TIER_NAMES = (("basic", "silver", "gold"), ("standard", "plus", "premium"),
 
 @dataclass(frozen=True)
 class Defect:
+    """One defect planted in the shop package: its kind, rung, and the edits that make it."""
+
     kind: str
     "'wrong_condition', 'missing_case', 'broken_refactor' or 'broken_dependency'."
     level: int
@@ -39,6 +41,8 @@ class Defect:
 
 @dataclass(frozen=True)
 class Project:
+    """One repository task's package: the reference files, the broken ones, and the defect."""
+
     package: str
     reference: dict[str, str]
     broken: dict[str, str]

@@ -21,6 +21,8 @@ ORIGINS = ("https://app.example.com", "https://admin.example.com", "http://local
 
 @dataclass
 class ConfigSpec:
+    """One structured-config task: its asks, schema, rules and reference document."""
+
     family: str
     asks: list[str]
     "Requirements, one sentence each."

@@ -24,6 +24,8 @@ MONTHS = ("January", "February", "March", "April", "May", "June", "July", "Augus
 
 @dataclass
 class Field:
+    """One field to extract: its key, schema, value, and how the prompt asks for it."""
+
     key: str
     schema: dict
     value: object
@@ -33,6 +35,8 @@ class Field:
 
 @dataclass
 class Doc:
+    """One source document and the fields to extract from it."""
+
     family: str
     text: str
     fields: list[Field] = field(default_factory=list)

@@ -36,6 +36,8 @@ _SHAPES = {None: {"hello"}, "load": {"ok", "error", "exit"}, "call": {"value", "
 
 
 class Reply:
+    """A worker's answer to one operation, or how the worker ended instead, with its time and CPU."""
+
     def __init__(self, status: str, data: dict | None = None, detail: str = "") -> None:
         self.status = status
         "'ok' (data holds the answer), 'timeout', 'exit', 'killed' or 'output_limit'."

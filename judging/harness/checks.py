@@ -14,6 +14,8 @@ import ast
 
 
 class CheckPlan:
+    """A `check(candidate)` test file split into statements, each run and counted on its own."""
+
     def __init__(self, module: str, param: str, steps: list[tuple[str, bool]]) -> None:
         self.module = module
         "Source of everything in the test file except `check` (imports, METADATA, helpers)."

@@ -2,20 +2,11 @@
 
 Consumes the job spec on stdin (mode, tests, cases' arguments, the reference, a nonce),
 never from a file, so nothing secret lies where the candidate could read it. Produces the
-report: JSON lines on the report descriptor (WHET_REPORT_FD, default 3), each a `start`,
-`test`, `infra`, `crash` or `end` record; without that descriptor, nonce-tagged lines on
-stderr. Candidate output is forwarded to this process's stdout and stderr, capped.
-
-The candidate runs in a worker process of its own (`worker.py`); every assertion is
-evaluated here, on plain values decoded with `wire`, so patching `assert`, the test
-framework or `__eq__` inside the candidate changes nothing here. Expected values of
-`cases` layers never enter the sandbox at all: the returned values go into the report and
-the judge compares them. Robustness inputs (fixed, generated or mutated from the tests'
-own calls) run on the trusted reference in a second worker and on the candidate; both
-values are reported. Candidate workers live in a user and PID namespace of their own
-(`isolation` record) with a scratch directory of their own; a reference that fails for a
-reason outside its code gets everything the candidate holds reclaimed and one retry, then
-is the judge's fault (`infra` reference). It does NOT score or attribute: the judge does.
+report (`Report`). The candidate runs in a worker process of its own (`worker.py`); every
+assertion is evaluated here, on plain values decoded with `wire`, so patching `assert`, the
+test framework or `__eq__` inside the candidate changes nothing here (`Session`). Candidate
+output is forwarded to this process's stdout and stderr, capped.
+It does NOT score or attribute: the judge does.
 """
 
 from __future__ import annotations
@@ -63,6 +54,10 @@ PIDS_MARGIN = 12
 
 
 class Report:
+    """The report: JSON lines on the report descriptor (WHET_REPORT_FD, default 3), each a
+    `start`, `test`, `infra`, `crash` or `end` record; without that descriptor, nonce-tagged
+    lines on stderr."""
+
     def __init__(self, nonce: str) -> None:
         self.nonce = nonce
         fd = int(os.environ.get("WHET_REPORT_FD", "3"))
@@ -83,6 +78,15 @@ class Report:
 
 
 class Session:
+    """One job's workers and scratch folders. Expected values of `cases` layers never enter the
+    sandbox at all: the returned values go into the report and the judge compares them.
+    Robustness inputs (fixed, generated or mutated from the tests' own calls) run on the trusted
+    reference in a second worker and on the candidate; both values are reported. Candidate
+    workers live in a user and PID namespace of their own (`isolation` record) with a scratch
+    directory of their own; a reference that fails for a reason outside its code gets
+    everything the candidate holds reclaimed and one retry, then is the judge's fault (`infra`
+    reference)."""
+
     def __init__(self, spec: dict, report: Report) -> None:
         self.spec, self.report = spec, report
         self.scratch = tempfile.mkdtemp(prefix="whet-h-")
@@ -514,6 +518,7 @@ def _shipped_digest() -> dict:
 
 
 def run(spec: dict, report: Report) -> None:
+    """Run the spec's tests and write their records to `report`, `start` first."""
     report.line(k="start", nonce=spec["nonce"], python=sys.version.split()[0])
     ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0: no /proc/<pid>/mem for same-uid peers
     for module in spec.get("requires", []):
@@ -556,6 +561,8 @@ def _spent(signum, frame) -> None:
 
 
 def main() -> int:
+    """Read the spec from stdin and run it; a failure of the harness itself becomes a `crash`
+    record (exit 70), so the judge learns of it."""
     spec = json.loads(sys.stdin.buffer.read())
     report = Report(spec["nonce"])
     try:

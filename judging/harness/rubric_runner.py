@@ -29,6 +29,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 class Report:
+    """The rubric job's report channel (WHET_REPORT_FD; else nonce-tagged lines on stderr)."""
+
     def __init__(self, nonce: str) -> None:
         fd = int(os.environ.get("WHET_REPORT_FD", "3"))
         try:

@@ -5,15 +5,10 @@ Shipped into rubric jobs as `verifiers/v1/__init__.py` (and `pydantic.py` re-exp
 standard library but not verifiers, pydantic or the rest of their 47 packages. It runs as
 the environment's module sees it: `class MyData(vf.TaskData)`, `class MyTask(vf.Task[MyData])`
 with `@vf.reward(weight=...)` and `@vf.metric` methods, `vf.Taskset[MyTask]`, messages.
-
-What is covered: TaskData fields (annotations with defaults or `Field(default_factory=)`),
-`Task.score` as verifiers runs it without a runtime (metrics, then rewards, awaited together,
-a Mapping result recorded under its keys, weights from `@vf.reward`), and a Trace of one
-prompt and one reply (`last_reply`, `messages`, `assistant_messages`, `transcript`,
-`rewards`, `metrics`, `info`, `record_reward`, `is_truncated`).
-What is not: pydantic validation or coercion (values arrive as the JSON the host dumped),
-judges, runtimes, tools; any other name of `verifiers.v1` is a placeholder that raises
-when used, naming itself. Stdlib only; it runs no model output itself.
+Covered: TaskData fields, `Task.score` as verifiers runs it without a runtime, and a `Trace`
+of one prompt and one reply. Not: pydantic validation or coercion (values arrive as the
+JSON the host dumped), judges, runtimes, tools; any other name of `verifiers.v1` is a
+placeholder that raises when used, naming itself. Stdlib only; it runs no model output.
 """
 
 from __future__ import annotations
@@ -28,6 +23,8 @@ _MISSING = object()
 
 
 class FieldInfo:
+    """What `Field(...)` returns: a default, or a factory of one."""
+
     def __init__(self, default=_MISSING, default_factory=None) -> None:
         self.default, self.default_factory = default, default_factory
 
@@ -110,24 +107,34 @@ def content_text(content) -> str:
 
 
 class Message(BaseModel):
+    """A chat message as verifiers has it: a role and its content."""
+
     role: str = ""
     content: object = ""
 
 
 class SystemMessage(Message):
+    """A system message."""
+
     role: str = "system"
 
 
 class UserMessage(Message):
+    """A user message."""
+
     role: str = "user"
 
 
 class AssistantMessage(Message):
+    """An assistant message, with any tool calls."""
+
     role: str = "assistant"
     tool_calls: list = Field(default_factory=list)
 
 
 class ToolMessage(Message):
+    """A tool's result message."""
+
     role: str = "tool"
     name: str = ""
 
@@ -136,6 +143,9 @@ Messages = list
 
 
 class TaskData(BaseModel):
+    """A task's data: fields from annotations with defaults or `Field(default_factory=)`,
+    values as the host dumped them (no validation or coercion)."""
+
     idx: int | None = None
     id: str | None = None
     name: str | None = None
@@ -151,6 +161,8 @@ class TaskData(BaseModel):
 
 
 class TaskConfig(BaseModel):
+    """A task's config: judges, stops, metrics and rewards by name."""
+
     judges: list = Field(default_factory=list)
     stops: dict = Field(default_factory=dict)
     metrics: dict = Field(default_factory=dict)
@@ -158,6 +170,8 @@ class TaskConfig(BaseModel):
 
 
 class Reward(BaseModel):
+    """One recorded reward: its score and weight."""
+
     score: float = 0.0
     weight: float = 1.0
 
@@ -167,7 +181,9 @@ class Reward(BaseModel):
 
 
 class Trace:
-    """One prompt and one sampled reply, as verifiers' Trace presents them to scoring."""
+    """One prompt and one sampled reply, as verifiers' Trace presents them to scoring:
+    `last_reply`, `messages`, `assistant_messages`, `transcript`, `rewards`, `metrics`, `info`,
+    `record_reward`, `is_truncated`."""
 
     def __init__(self, data: TaskData, reply: str, finish_reason: str = "") -> None:
         prompt = data.prompt if isinstance(data.prompt, list) else [UserMessage(content=data.prompt or "")]
@@ -266,6 +282,8 @@ async def _invoke_all(fns: list, available: dict) -> list:
 
 
 class Task:
+    """verifiers' Task as reward methods see it: `data`, `config`, the hooks and `score`."""
+
     NEEDS_CONTAINER = False
     scoring_deferred = False
 
@@ -280,7 +298,8 @@ class Task:
         return _decorated(self, attr)
 
     async def score(self, trace: Trace, runtime=None) -> None:
-        """verifiers' Task.score without runtime or judges: metrics, then rewards."""
+        """verifiers' Task.score without runtime or judges: metrics, then rewards, awaited
+        together; a Mapping result is recorded under its keys, weights from `@vf.reward`."""
         available = {"task": self.data, "trace": trace}
         metrics, rewards = self.hooks("metric"), self.hooks("reward")
         for fn in rewards:
@@ -313,6 +332,8 @@ class Task:
 
 
 class Taskset:
+    """verifiers' Taskset, as far as an environment module declares one."""
+
     INFINITE = False
 
     def __class_getitem__(cls, item):

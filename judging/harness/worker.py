@@ -250,6 +250,8 @@ class Audit:
 # --- serving -------------------------------------------------------------------------------
 
 class Worker:
+    """The candidate's (or reference's) worker: loads the code, then answers the harness's operations."""
+
     def __init__(self, mode: str, fd_out: int, audit: Audit | None) -> None:
         self.mode = mode
         self.fd_out = fd_out

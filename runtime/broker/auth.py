@@ -1,23 +1,13 @@
 """NATS users with per-role permissions, derived from the names in `bus.subjects`.
 
 Consumes the `[auth]` config section (roles of extra actor kinds) and the subject, stream and
-bucket names of `bus.subjects`; produces what each role may publish and subscribe to, and
-the nats-server `authorization` block that enforces it (`server_config`). One role per
-built-in actor kind, plus `admin` (supervisor and CLI: everything).
-
-What a role needs, and why:
-- every role: its own reply inbox (`_INBOX.<role>.>`, the client sets that prefix), its
-  events (`whet.v1.events.<kind>.>`) and its heartbeats (`$KV.whet-actors.<kind>.*`);
-- a stream it consumes: the consumer API for that stream (look up, create, fetch), acks and
-  flow control (`$JS.ACK.<stream>.>`, `$JS.FC.<stream>.>`), and what dead-lettering takes:
-  reading and deleting the message, publishing `whet.v1.dlq.<stream>`, and the
-  max-deliveries advisory consumer;
-- a KV bucket it reads: the bucket's stream (info, direct get, watch); a key it writes:
-  `$KV.<bucket>.<key>`; the weights object store: `$O.whet-weights.>` and its purge.
-
-Subjects with one owner are denied to every other role explicitly, on top of the allow
-lists: verdicts (judge), weights and the policy pointer (learner), scale targets (admin).
-It does not generate or store passwords (`runtime.stack.credentials` does) and connects nowhere.
+bucket names of `bus.subjects`; produces what each role may publish and subscribe to
+(`permissions`, from the `Grant`s below) and the nats-server `authorization` block that
+enforces it (`server_config`). One role per built-in actor kind, plus `admin` (supervisor and
+CLI: everything). Subjects with one owner are denied to every other role explicitly, on top
+of the allow lists: verdicts (judge), weights and the policy pointer (learner), scale
+targets (admin). It does not generate or store passwords (`runtime.stack.credentials` does)
+and connects nowhere.
 """
 
 from __future__ import annotations
@@ -37,6 +27,8 @@ _API = "$JS.API"
 
 
 class AuthConfig(Section):
+    """The `[auth]` section: the role each extra actor kind connects as."""
+
     enabled: bool = False
     "NATS users with per-role permissions. The embedded server gets fresh passwords per run."
     secrets_dir: str = ""
@@ -57,7 +49,13 @@ class AuthConfig(Section):
 
 @dataclass(frozen=True)
 class Grant:
-    """Subjects a role may publish to and subscribe to (NATS wildcards allowed)."""
+    """Subjects a role may publish to and subscribe to (NATS wildcards allowed).
+
+    What a role needs, and why: every role, its own reply inbox (`_INBOX.<role>.>`, the client
+    sets that prefix), its events and its heartbeats (`actor_base`); a stream it consumes, the
+    consumer API for that stream (look up, create, fetch), acks and flow control, and what
+    dead-lettering takes (`consumes`); a KV bucket it reads, the bucket's stream; a key it
+    writes; the weights object store and its purge."""
 
     publish: frozenset[str] = field(default_factory=frozenset)
     subscribe: frozenset[str] = field(default_factory=frozenset)
@@ -93,19 +91,23 @@ def consumes(stream: str) -> Grant:
 
 
 def kv_reads(bucket: str) -> Grant:
+    """Read KV `bucket`: its stream (info, direct get, watch)."""
     return reads(s.kv_stream(bucket))
 
 
 def kv_writes(bucket: str, key: str) -> Grant:
+    """Write `key` of KV `bucket` (`$KV.<bucket>.<key>`)."""
     return kv_reads(bucket) | publishes(s.kv_subject(bucket, key))
 
 
 def weights_read() -> Grant:
     # nats-py's object store looks the stream up by subject (STREAM.NAMES) to list objects.
+    """Read the weights object store (`$O.whet-weights.>`)."""
     return reads(s.object_stream(s.BUCKET_WEIGHTS)) | publishes(f"{_API}.STREAM.NAMES")
 
 
 def weights_write() -> Grant:
+    """Write the weights object store, and purge it."""
     stream = s.object_stream(s.BUCKET_WEIGHTS)
     return weights_read() | publishes(s.object_subjects(s.BUCKET_WEIGHTS),
                                       f"{_API}.STREAM.PURGE.{stream}")

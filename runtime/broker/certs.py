@@ -1,17 +1,11 @@
 """whetstone's own certificate authority for NATS over TLS across hosts.
 
 Consumes a folder (`<secrets>/tls`), the names and addresses the server is reached by, and
-the roles of `runtime.broker.auth`; produces, where missing, PEM files (keys mode 0600):
-
-    ca.pem, ca-key.pem              the CA (its key never leaves the host that made it)
-    server.pem, server-key.pem      the server, with a SAN per name and address
-    <role>.pem, <role>-key.pem      one client certificate per role (CN = the role)
-
-One client certificate per role, not one shared: a host or container gets only the key of
-the role it runs, and a leaked key is replaced by renewing that role's files alone. The
-server requires a client certificate signed by the CA (`verify: true`); users and their
-permissions still come from the per-role passwords. Keys are ECDSA P-256.
-
+the roles of `runtime.broker.auth`; produces, where missing, PEM files (keys mode 0600; the
+files: `ensure`). One client certificate per role, not one shared: a host or container gets
+only the key of the role it runs, and a leaked key is replaced by renewing that role's files
+alone. The server requires a client certificate signed by the CA (`verify: true`); users and
+their permissions still come from the per-role passwords. Keys are ECDSA P-256.
 It does not configure the server or the clients (`runtime.broker.auth.tls_config`,
 `runtime.stack.credentials` do). Needs the `cryptography` package (the `tls` extra).
 """
@@ -45,14 +39,17 @@ class Made:
 
 
 def cert_path(folder: Path, name: str) -> Path:
+    """The certificate file of `name` in `folder` (`<name>.pem`)."""
     return folder / f"{name}.pem"
 
 
 def key_path(folder: Path, name: str) -> Path:
+    """The key file of `name` in `folder` (`<name>-key.pem`)."""
     return folder / f"{name}-key.pem"
 
 
 def regenerate_hint(folder: Path) -> str:
+    """The command that makes (or, with --renew, replaces) the files of `folder`."""
     secrets = folder.parent if folder.name == "tls" else folder
     return f"make them with 'whet auth certs {secrets}' (add --renew to replace expired ones)"
 
@@ -76,9 +73,14 @@ def require(folder: Path) -> None:
 def ensure(folder: Path, hosts: list[str] = (), renew: bool = False,
            days: int = LEAF_DAYS) -> list[Made]:
     """The CA, the server's and every role's certificate in `folder`, made where missing
-    or not signed by this CA (with `renew`, every one but the CA is remade). A kept server
-    certificate that lacks one of `hosts` is a RunError: renewing it is the fix; so is a
-    certificate to make where the CA's key is not (a host that was given only ca.pem)."""
+    or not signed by this CA (with `renew`, every one but the CA is remade):
+
+        ca.pem, ca-key.pem              the CA (its key never leaves the host that made it)
+        server.pem, server-key.pem      the server, with a SAN per name and address
+        <role>.pem, <role>-key.pem      one client certificate per role (CN = the role)
+
+    A kept server certificate that lacks one of `hosts` is a RunError: renewing it is the fix;
+    so is a certificate to make where the CA's key is not (a host that was given only ca.pem)."""
     _cryptography()
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o700)

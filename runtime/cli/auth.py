@@ -4,23 +4,9 @@ Consumes a config file (roles of extra actor kinds) and a secrets folder; produc
 nats-server `authorization` block (and its `tls` block), password files, a CA with server
 and per-role client certificates (`<secrets>/tls`), and the permission table as JSON.
 Passwords are never printed: `server-config` either refers to environment variables or,
-given a secrets folder, writes them into a file readable by its owner only.
-
-For a host that runs only workers: `whet auth export-worker ./secrets ./worker-secrets`
-(docs/multi-host.md).
-
-Typical compose set-up:
-
-    whet auth passwords ./secrets                       # one file per role, mode 0600
-    whet auth server-config --secrets-dir ./secrets --out nats-auth.conf
-    # nats service: `include nats-auth.conf` in its config; each actor service gets
-    # WHET_NATS_USER=<role> and WHET_NATS_PASSWORD_FILE=/run/secrets/<role>
-
-With TLS across hosts (docs/operations.md, "TLS across hosts"):
-
-    whet auth certs ./secrets --host nats.example.org --host 10.0.0.5
-    whet auth server-config --secrets-dir ./secrets --tls-dir /etc/nats/tls --out nats-auth.conf
-    # each actor also gets WHET_NATS_CA, WHET_NATS_CERT and WHET_NATS_KEY (its role's files)
+given a secrets folder, writes them into a file readable by its owner only. A typical
+set-up: `register`; for a host that runs only workers, `whet auth export-worker ./secrets
+./worker-secrets` (docs/multi-host.md).
 """
 
 from __future__ import annotations
@@ -47,6 +33,18 @@ def _auth_config(config: Path | None) -> auth.AuthConfig:
 
 
 def register(app: typer.Typer) -> None:
+    """Add `whet auth` and its commands to `app`. Typical compose set-up:
+
+        whet auth passwords ./secrets                       # one file per role, mode 0600
+        whet auth server-config --secrets-dir ./secrets --out nats-auth.conf
+        # nats service: `include nats-auth.conf` in its config; each actor service gets
+        # WHET_NATS_USER=<role> and WHET_NATS_PASSWORD_FILE=/run/secrets/<role>
+
+    With TLS across hosts (docs/operations.md, "TLS across hosts"):
+
+        whet auth certs ./secrets --host nats.example.org --host 10.0.0.5
+        whet auth server-config --secrets-dir ./secrets --tls-dir /etc/nats/tls --out nats-auth.conf
+        # each actor also gets WHET_NATS_CA, WHET_NATS_CERT and WHET_NATS_KEY (its role's files)"""
     group = typer.Typer(no_args_is_help=True, help="NATS users and per-role permissions.")
     app.add_typer(group, name="auth")
 

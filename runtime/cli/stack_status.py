@@ -27,6 +27,8 @@ WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_AT
 
 @dataclass
 class ActorRow:
+    """One actor process as `whet status` shows it."""
+
     kind: str
     instance: str
     pid: int
@@ -42,6 +44,8 @@ class ActorRow:
 
 @dataclass
 class StreamRow:
+    """One stream (and a consumer of it) as `whet status` shows it."""
+
     stream: str
     messages: int
     consumer: str = ""
@@ -52,6 +56,8 @@ class StreamRow:
 
 @dataclass
 class StackStatus:
+    """Everything `whet status` shows of a running stack."""
+
     actors: list[ActorRow] = field(default_factory=list)
     streams: list[StreamRow] = field(default_factory=list)
     policy_version: int = -1

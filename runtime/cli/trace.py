@@ -26,6 +26,8 @@ from runtime.stack import rundir
 
 
 class Format(str, Enum):
+    """The file formats `whet trace` writes."""
+
     jsonl = "jsonl"
     parquet = "parquet"
 

@@ -25,6 +25,8 @@ from runtime.config import RunConfig, dump
 
 @dataclass(frozen=True)
 class RunDir:
+    """A run's folder and the files in it (config, server URL, pid, NATS data)."""
+
     path: Path
 
     @property

@@ -56,6 +56,9 @@ class Slot:
 
 
 class Supervisor:
+    """Starts, watches and restarts each kind's actor processes; `scale` (and the scale targets
+    it follows in KV) changes how many run."""
+
     def __init__(self, cfg: RunConfig, run_dir: RunDir, url: str, bus: Bus,
                  child_env: Callable[[str], dict[str, str]] | None = None) -> None:
         self.cfg, self.run_dir, self.url, self.bus = cfg, run_dir, url, bus
