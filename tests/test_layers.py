@@ -11,11 +11,14 @@ import sys
 import typing
 from pathlib import Path
 
+import pytest
 from anyio.abc import TaskStatus
 
 from bus.nats_bus import Bus
 from runtime.config import RunConfig
 from runtime.kinds import KINDS
+
+pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["bus", "sandbox", "policy", "judging", "envs", "monitoring"]
