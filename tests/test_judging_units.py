@@ -206,8 +206,10 @@ def test_a_report_without_the_jobs_nonce_is_not_the_harness():
     assert fallback.started and fallback.nonce_ok
 
 
-def test_the_verifier_doc_describes_every_registered_kind():
-    """Verifier's docstring describes each kind the registry holds, and no other."""
-    described = {line.split("`")[1] for line in Verifier.__doc__.splitlines()
-                 if line.strip().startswith("- `")}
-    assert described == set(kinds.NAMES)
+def test_every_registered_kind_says_what_it_reads():
+    """Each registered kind's module names the kind and says which verifier fields it reads."""
+    import importlib
+
+    for name in kinds.NAMES:
+        doc = importlib.import_module(f"judging.kinds.{name}").__doc__ or ""
+        assert f"`{name}`" in doc and "fields for this kind" in doc, name

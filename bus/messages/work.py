@@ -18,37 +18,15 @@ from bus.messages.tools import StepCredit, ToolCall, ToolResult
 class Verifier(Part):
     """How an attempt at a task is checked. Written by an environment, read by the judge.
 
-    Kinds (the judging package implements each; environments produce them):
-
-    - `python_io`: the attempt defines function `Task.entry_point`. `visible`, `hidden` and
-      `extra["robustness"]` are JSON lists of cases `{"args": [...], "expected": value}`;
-      only the args ever enter the sandbox, the judge compares return values outside it.
-      `extra["compare"]` is "exact" (default), "float" (1e-6 relative) or "unordered".
-    - `python_check`: HumanEval style. `hidden` is the test source defining
-      `check(candidate)`; `extra["prefix"]` is the prompt code the completion continues;
-      `reference` is the canonical completion.
-    - `script_io`: the attempt is a Python script reading stdin (and files from the case)
-      and writing stdout. Case lists as in python_io, each case
-      `{"stdin": str, "files": {name: text}, "expected_stdout": str}`; `extra["compare"]`
-      is "text" (trailing whitespace ignored) or "json" (parsed values equal).
-    - `structured`: the attempt is a JSON document. `extra["schema"]` is a JSON Schema
-      (subset: type, properties, required, items, enum, minimum, maximum, pattern) and
-      `hidden` a JSON list of content rules `{"path": "a.b[0]", "equals": value}` (or
-      "contains", "matches"). Nothing is executed.
-    - `verifiers`: a task of a verifiers 0.4.0 taskset (`envs.verifiers_env`); the whole reply
-      is scored in the sandbox by the task's `@vf.reward` methods (`judging.rubric`).
-      `extra` holds `module`, `task_class`, `data_class`, `data` (the task data, JSON) and
-      `files` (the module's source files, JSON); there is no reference.
-    - `repo_io`: a tool episode on a repository (`Task.files`); the final workspace is judged.
-      Case lists as in python_io, each case's `args[0]` the `'module:function'` called;
-      `reference` is the workspace that passes (JSON {path: text}).
+    `kind` names a registered kind: one module of `judging/kinds/` each, listed once in
+    `judging.kinds`; each module's docstring says what the kind reads from these fields.
 
     `reference`, where a kind has one, is a correct attempt (the solvability gate runs it).
     """
 
     kind: str
-    """Which kind of verifier this is: python_io, python_check, script_io, structured,
-    verifiers or repo_io (each one module of `judging.kinds`; the gates reject any other)."""
+    """Which kind of verifier this is: the name of a kind registered in `judging.kinds`
+    (the gates reject any other)."""
     visible: str = ""
     "Tests shown to the model (source or JSON, as `kind` defines)."
     hidden: str = ""

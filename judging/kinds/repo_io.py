@@ -1,4 +1,9 @@
-"""`repo_io`: a tool episode on a repository; the final workspace's functions are called as in `python_io`."""
+"""`repo_io`: a tool episode on a repository; the final workspace's functions are called as in `python_io`.
+
+The verifier's fields for this kind: a tool episode on a repository (`Task.files`); the final
+workspace is judged. Case lists as in python_io, each case's `args[0]` the `'module:function'`
+called; `reference` is the workspace that passes (JSON {path: text}).
+"""
 
 from judging.kinds.base import Kind
 

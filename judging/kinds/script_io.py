@@ -1,4 +1,10 @@
-"""`script_io`: the attempt is a script reading stdin; its printed text is compared outside the sandbox."""
+"""`script_io`: the attempt is a script reading stdin; its printed text is compared outside the sandbox.
+
+The verifier's fields for this kind: the attempt is a Python script reading stdin (and files
+from the case) and writing stdout. Case lists as in python_io, each case `{"stdin": str,
+"files": {name: text}, "expected_stdout": str}`; `extra["compare"]` is "text" (trailing
+whitespace ignored) or "json" (parsed values equal).
+"""
 
 from judging.kinds.base import Kind
 
