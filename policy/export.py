@@ -101,10 +101,11 @@ def export(checkpoint_dir: Path, tag: str, model_cfg: ModelConfig, out: Path) ->
     state = state_dict(checkpoint_dir, tag)
     dtype = next(iter(state.values())).dtype
     config = AutoConfig.from_pretrained(base)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device("meta"):  # no init of weights about to be replaced (seconds at 135M)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     if config.tie_word_embeddings:  # stored once: the output head is the embedding
         state = {k: v for k, v in state.items() if k != "lm_head.weight"}
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     missing = [k for k in missing if not (config.tie_word_embeddings and k == "lm_head.weight")]
     if missing or unexpected:
         raise RunError(f"checkpoint {tag} does not fit the model: missing {missing[:3]}, "
