@@ -8,7 +8,8 @@ whet-run (`learner.step.<step>`), which progress reads for train.csv and the sto
 `max_steps`, and logs `learner.step_completed` naming every verdict id it consumed. It is
 DeepSpeed rank 0; the other ranks are its children or `learner_rank` actors met through the
 bus (`policy.ranks`). Checkpoints hold a `policy.checkpoint.LearnerState`, so a restart
-resumes with optimizer state and never trains a sample twice (`Learner`).
+resumes with optimizer state and never trains a sample twice (`Learner`). When it stops, it
+writes the newest checkpoint as a Hugging Face folder, `<run dir>/model/` (`policy.export`).
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
 
@@ -31,6 +32,7 @@ from bus.messages import EvaluatorState, StepRecord, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, trajectory_problem
 from policy.checkpoint import LearnerState
+from policy.export import export
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
@@ -313,6 +315,23 @@ class Learner:
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(self.step), record)
 
 
+async def export_final(config: RunConfig, bus: Bus, ckpt_dir: Path) -> None:
+    """Write the checkpoint `latest` names as `<run dir>/model/` (nothing without a run
+    directory or a checkpoint). A failure is logged; it never stops the learner's exit."""
+    latest = ckpt_dir / "latest"
+    if not bus.identity.run_dir or not latest.is_file():
+        return
+    tag, out = latest.read_text().strip(), Path(bus.identity.run_dir) / "model"
+    began = time.monotonic()
+    try:
+        await anyio.to_thread.run_sync(export, ckpt_dir, tag, config.model, out)
+    except Exception as exc:  # the checkpoints stay: `whet export-model` can retry
+        log.error("learner.model_export_failed", checkpoint=tag, error=repr(exc))
+        return
+    log.info("learner.model_exported", checkpoint=tag, path=str(out),
+             seconds=round(time.monotonic() - began, 3))
+
+
 async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Train on verdicts until `bus.stopping` is set; then save, give back, and leave."""
@@ -337,6 +356,7 @@ async def run(bus: Bus, config: RunConfig, *,
             await learner.loop()
             with anyio.CancelScope(shield=True):
                 await learner.finish()
+                await export_final(config, bus, ranks.dir)
             peers.cancel()
     finally:
         with anyio.CancelScope(shield=True):

@@ -7,6 +7,9 @@ Consumes a `RunConfig`; produces `runs/<run_id>/` with
 - `logs/<instance>.jsonl` one JSON-lines event log per process;
 - `supervisor.pid`        the process `whet down` signals;
 - `failure.json`          why the run stopped, when a kind's crash loop stopped it;
+- `checkpoints/`          the learner's kept DeepSpeed checkpoints (`[learner] checkpoint_dir`);
+- `model/`                the final policy as a Hugging Face folder, written by the learner
+                          when it stops (`policy.export`; `whet export-model` for others);
 - `review/`               people's labels and the model judge's opinions (`whet review`);
 and the `runs/latest` link. It starts nothing.
 """
