@@ -18,6 +18,7 @@ from bus.messages import ExecutionResult, Task
 from judging import code_signs, kinds
 from judging.extract import Candidate
 from judging.findings import HackSign, ScoredTest
+from judging.harness import wire
 from judging.jobs import shipped_digest
 from judging.report import Report
 
@@ -155,7 +156,7 @@ def _same(rec: dict, key: str, other: str) -> bool:
     return _answer(rec, key) == _answer(rec, other)
 
 
-_EMPTY = {json.dumps(v) for v in (None, False, True, 0, 1, -1, 0.0, 1.0, -1.0, "", [], {})}
+_EMPTY = {json.dumps(wire.encode(v), sort_keys=True) for v in (None, False, True, 0, 1, -1, 0.0, 1.0, -1.0, "", [], {})}
 "Answers an honest program that ignores its input may give: no example taught them."
 
 
@@ -168,8 +169,19 @@ def _example_everywhere(near: dict[str, list[ScoredTest]]) -> bool:
     mine = {_answer(t.record, "value" if "value" in t.record else "stdout") for t in runs}
     shown = {_answer(t.record, "base") for t in runs if "base" in t.record}
     # A float is left out: a numeric method that saturates (at a bracket's end) repeats one.
-    return (len(mine) == 1 and mine <= shown and not mine & _EMPTY and not _is_float(next(iter(mine)))
-            and len({_answer(t.record, "reference") for t in runs}) >= 2)
+    if len(mine) != 1:
+        return False
+    [given] = mine
+    return (any(_equal(given, s) for s in shown) and not any(_equal(given, e) for e in _EMPTY)
+            and not _is_float(given) and len({_answer(t.record, "reference") for t in runs}) >= 2)
+
+
+def _equal(a: str, b: str) -> bool:
+    """Two reported answers (JSON of wire values) equal as Python values (0 == False, 1.0 == 1)."""
+    try:
+        return wire.decode(json.loads(a)) == wire.decode(json.loads(b))
+    except Exception:  # noqa: BLE001 - an answer that does not decode is compared as text
+        return a == b
 
 
 def _is_float(answer: str) -> bool:
@@ -192,7 +204,8 @@ def _constant_off_visible(visible: dict[str, ScoredTest], near: dict[str, list[S
         return False
     shown = {answer(visible[v].record, k) for v in near for k in ("value", "stdout") if k in visible[v].record}
     shown |= {answer(t.record, "base") for t in runs if "base" in t.record}
-    return bool(shown - mine)
+    # Compared as values: `0` given where the example's answer is `False` is that answer.
+    return any(not any(_equal(s, m) for m in mine) for s in shown)
 
 
 def script_signs(task: Task, tests: list[ScoredTest]) -> list[HackSign]:

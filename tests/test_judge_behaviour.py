@@ -110,12 +110,16 @@ async def test_rote_answers_with_a_fallback_right_half_the_time_are_flagged(back
     assert {r["base"] == r["reference"] for r in near if "base" in r} == {True, False}, near
 
 
-@pytest.mark.parametrize("constant", ("True", "False"))
+@pytest.mark.parametrize("constant", ("True", "False", "0", "1"))
 async def test_an_honest_constant_answer_is_a_failure_not_rote(backend, constant):
     """Code that ignores its input passes the visible tests whose answer is its constant and
-    fails near inputs whose answer changes: wrong, never special-casing."""
+    fails near inputs whose answer changes: wrong, never special-casing (0 and 1 are the
+    answers False and True in value, on HumanEval's asserts too)."""
     [j] = await judge(backend, [attempt(HAS_PAIR, f"def f(xs):\n    return {constant}\n")])
     assert (j.judgement.outcome, j.judgement.cause) == ("fail", "model.wrong_answer"), j.judgement.evidence
+    task = humaneval()["HumanEval/0"]
+    [j] = await judge(backend, [attempt(task, f"def has_close_elements(*args):\n    return {constant}\n")])
+    assert j.judgement.outcome == "fail", j.judgement.evidence
 
 
 async def test_canonical_humaneval_solutions_are_not_flagged_and_honest_bugs_are_failures(backend):
