@@ -124,14 +124,19 @@ async def test_a_fork_bomb_left_behind_does_not_stop_the_reference(local):
 @pytest.mark.parametrize("how", list(FORGED))
 async def test_a_forged_answer_line_is_the_candidates_failure_and_the_report_ends(local, how):
     """Whatever the candidate writes on its answer pipe, the harness writes `end`, the verdict
-    is the attempt's own, and the forgery is on record."""
+    is the attempt's own, and a forgery the harness read is on record."""
     [j] = await judge(local, [attempt(SUM, FORGED[how])])
     recs = records(j)
     assert recs and recs[-1]["k"] == "end", recs[-3:]
     assert not [r for r in recs if r.get("k") == "crash"]
-    assert j.judgement.outcome in ("hack", "fail"), (j.judgement.cause, j.judgement.evidence)
     forged = [r for r in recs if r.get("k") == "test" and r.get("forged")]
     late = [e for r in recs if r.get("k") == "audit" for e in r["events"] if e.startswith("report_fd: forged")]
+    if how == "after the last answer" and not (forged or late):
+        # The line came after the harness closed the pipe: never read, so it changed nothing,
+        # and the (correct) function keeps its own verdict.
+        assert j.judgement.outcome == "pass", (j.judgement.cause, j.judgement.evidence)
+        return
+    assert j.judgement.outcome in ("hack", "fail"), (j.judgement.cause, j.judgement.evidence)
     assert forged or late, recs
 
 
