@@ -91,7 +91,9 @@ class LearnerProcess:
         path = self.run_dir / "logs" / "learner-1.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = path.read_text()
+        # Only whole lines: the learner may be halfway through writing the last one.
+        return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
     def wait_for(self, predicate, timeout_s: float = 120.0) -> list[dict]:
         deadline = time.monotonic() + timeout_s
