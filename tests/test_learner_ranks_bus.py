@@ -83,7 +83,9 @@ class Rank:
         path = self.run_dir / "logs" / f"{self.instance}.jsonl"
         if not path.exists():
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        text = path.read_text()
+        # Only whole lines: a rank may be halfway through writing the last one.
+        return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
