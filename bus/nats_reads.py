@@ -21,6 +21,8 @@ from bus.messages import Message
 from bus.nats_retry import RETRYABLE, renewing, retry
 
 M = TypeVar("M", bound=Message)
+UNAVAILABLE_TRIES = 10
+"Reads of a one-off replay that meet a 503 (a stream or consumer leader being elected)."
 
 
 @dataclass
@@ -58,10 +60,19 @@ class StreamReads:
         """
         read = _Read(since)
         if not follow:
-            async with aclosing(self._read_once(stream, filter_subject, cls, read, batch,
-                                                follow=False)) as items:
-                async for item in items:
-                    yield item
+            # A replicated stream just after a leader change answers 503 for a moment: the
+            # read is renewed from the message after the last one it gave, a few times.
+            for attempt in range(UNAVAILABLE_TRIES):
+                try:
+                    async with aclosing(self._read_once(stream, filter_subject, cls, read, batch,
+                                                        follow=False)) as items:
+                        async for item in items:
+                            yield item
+                    return
+                except nats.js.errors.ServiceUnavailableError:
+                    if attempt == UNAVAILABLE_TRIES - 1:
+                        raise
+                    await anyio.sleep(0.5)
             return
         async for item in renewing(lambda: self._read_once(stream, filter_subject, cls, read,
                                                            batch, follow=True),
