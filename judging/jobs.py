@@ -29,7 +29,7 @@ from judging.harness import checks, wire
 COMMAND = ["python3", "-I", "-S", "harness.py"]
 "The runtime's own Python, isolated from the environment and without site-packages."
 SHIPPED = ("harness.py", "worker.py", "channel.py", "checks.py", "measure.py", "mutate.py", "proxy.py",
-           "wire.py")
+           "wire.py", "workers.py")
 DEFAULT_RANDOM = 10
 NEAR_SCRIPTS = 2
 "Robustness inputs of a script task with a reference and no generator: near its visible cases."

@@ -1,6 +1,7 @@
 """Trusted scripts shipped into every sandbox job, and the value codec they share.
 
-`harness.py` runs the tests and writes the report, `channel.py` is its handle on a worker,
+`harness.py` runs the tests and writes the report, `workers.py` starts, asks and reclaims its
+workers (the report descriptor too), `channel.py` is its handle on one worker,
 `proxy.py` stands in for the candidate inside test code, `worker.py` hosts the candidate (or
 the reference) in a process of its own, `wire.py` encodes values between them, `mutate.py`
 makes robustness inputs and `checks.py` splits HumanEval-style `check` functions into
