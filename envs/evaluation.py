@@ -1,10 +1,11 @@
-"""Held-out evaluation arithmetic: rounds, pass rates with intervals, paired comparisons
-with the baseline version, and the overfitting alarm.
+"""Held-out evaluation arithmetic: the tasks of a round, pass rates with intervals, paired
+comparisons with the baseline version, and the overfitting alarm.
 
-Pure functions and small value classes. Consumes eval verdict outcomes (attempt id, policy
-version, task, domain, outcome, reward), the baseline's task outcomes and the history of
-evaluations; produces an `EvalRound` per policy version of a round (statistics from
-`envs.stats`), its short `EvalPoint`, and the warning "training reward rises while held-out
+Pure functions and small value classes. Consumes tasks (`pick_heldout`, stratified by
+`envs.strata`), eval verdict outcomes (attempt id, policy version, task, domain, rung,
+outcome, reward), the baseline's task outcomes and the history of evaluations; produces an
+`EvalRound` per policy version of a round (statistics from `envs.stats`: overall, per domain
+and per rung), its short `EvalPoint`, and the warning "training reward rises while held-out
 pass rate does not". It publishes nothing.
 """
 
@@ -16,6 +17,7 @@ from typing import Callable
 
 from bus.messages import EvalPoint, EvalRound, HeldoutScore, Task, TaskOutcome
 from envs.stats import estimate, paired_change
+from envs.strata import choose, strata
 
 
 def round_assignment_id(prefix: str, round_version: int, index: int) -> str:
@@ -31,19 +33,20 @@ def round_of(assignment_id: str) -> int | None:
 
 
 def pick_heldout(tasks: list[Task], per_domain: int, split: str = "heldout",
-                 domain_tasks: Mapping[str, int] | None = None) -> dict[str, list[Task]]:
-    """Evaluation tasks of `split` by domain, the first `per_domain` of each in id order (ids
-    are content hashes, so this is a fixed, unbiased choice that stays the same every round);
-    `domain_tasks` sets another number for the domains it names."""
-    out: dict[str, list[Task]] = {}
+                 domain_tasks: Mapping[str, int] | None = None,
+                 usable: Callable[[Task], bool] = lambda task: True) -> dict[str, list[Task]]:
+    """Evaluation tasks of `split` by domain: `per_domain` of each (`domain_tasks` sets another
+    number for the domains it names), shared among the domain's rungs and program families in
+    proportion to the split, each stratum's first `usable` ones (all by default; the gates'
+    verdict when gating) in a salted content-hash order (`envs.strata.choose`): a fixed,
+    unbiased choice that stays the same every round."""
     limits = domain_tasks or {}
-    for task in sorted(tasks, key=lambda t: t.task_id):
-        if task.split != split:
-            continue
-        chosen = out.setdefault(task.domain, [])
-        if len(chosen) < limits.get(task.domain, per_domain):
-            chosen.append(task)
-    return out
+    by_domain: dict[str, list[Task]] = {}
+    for task in tasks:
+        if task.split == split:
+            by_domain.setdefault(task.domain, []).append(task)
+    return {d: choose(strata(ts), limits.get(d, per_domain), usable)
+            for d, ts in sorted(by_domain.items())}
 
 
 @dataclass
