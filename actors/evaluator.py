@@ -25,8 +25,9 @@ from bus.consumer import Delivery, consume
 from bus.messages import EvalRound, EvaluatorState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
 from envs.evaluation import (Round, point_of, reward_without_heldout_gain, round_assignment_id,
-                             round_of)
+                             round_of, rung_fields)
 from envs.intake import KvGateCache, gated_heldout
+from envs.strata import rung_of
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.evaluator")
@@ -137,7 +138,8 @@ class Evaluator:
                                               time.monotonic())
         attempt = verdict.attempt
         if not rnd.add(attempt.attempt_id, attempt.policy_version, attempt.task.task_id,
-                       attempt.task.domain, verdict.outcome, verdict.reward):
+                       attempt.task.domain, verdict.outcome, verdict.reward,
+                       rung=rung_of(attempt.task)):
             log.info("evaluator.duplicate_skipped", attempt_id=verdict.attempt.attempt_id)
             return
         if version == self.bus.stats.gauges.get(gauges.ROUND_VERSION):
@@ -202,7 +204,8 @@ class Evaluator:
                  trained={d: r for d, r in point.pass_rates.items() if d in self.trained},
                  transfer={d: r for d, r in point.pass_rates.items() if d not in self.trained},
                  train_reward=point.train_reward, complete=point.complete,
-                 dropped=result.dropped, samples_per_task=result.samples_per_task)
+                 dropped=result.dropped, samples_per_task=result.samples_per_task,
+                 rungs=rung_fields(result))
         self.bus.stats.gauges.update({f"heldout.{d}": r for d, r in point.pass_rates.items()})
         self.bus.stats.policy_version = max(self.bus.stats.policy_version, point.version)
         cfg = self.config.evaluator

@@ -84,13 +84,13 @@ def split_of(task_id_: str, heldout_share: float, validation_share: float = 0.0)
 
 def to_task(env: Environment, level: int, draft: Draft, heldout_share: float,
             validation_share: float = 0.0) -> Task:
-    """The Task record of a draft: id, split, difficulty, runtime and limits filled in."""
+    """The Task record of a draft: id, split, difficulty, family, runtime and limits filled in."""
     tid = task_id(env, level, draft)
     return Task(task_id=tid, env=env.name, env_version=env.version, domain=env.domain,
                 prompt=draft.prompt, verifier=draft.verifier,
                 split=split_of(tid, heldout_share, validation_share),  # type: ignore[arg-type]
                 difficulty=float(level), entry_point=draft.entry_point, files=draft.files,
-                runtime=env.runtime, limits=env.limits)
+                runtime=env.runtime, limits=env.limits, family=draft.family)
 
 
 def generate(env: Environment, count: int, *, seed: int = 0, heldout_share: float = 0.0,

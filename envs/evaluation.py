@@ -1,10 +1,11 @@
-"""Held-out evaluation arithmetic: rounds, pass rates with intervals, paired comparisons
-with the baseline version, and the overfitting alarm.
+"""Held-out evaluation arithmetic: the tasks of a round, pass rates with intervals, paired
+comparisons with the baseline version, and the overfitting alarm.
 
-Pure functions and small value classes. Consumes eval verdict outcomes (attempt id, policy
-version, task, domain, outcome, reward), the baseline's task outcomes and the history of
-evaluations; produces an `EvalRound` per policy version of a round (statistics from
-`envs.stats`), its short `EvalPoint`, and the warning "training reward rises while held-out
+Pure functions and small value classes. Consumes tasks (`pick_heldout`, stratified by
+`envs.strata`), eval verdict outcomes (attempt id, policy version, task, domain, rung,
+outcome, reward), the baseline's task outcomes and the history of evaluations; produces an
+`EvalRound` per policy version of a round (statistics from `envs.stats`: overall, per domain
+and per rung), its short `EvalPoint`, and the warning "training reward rises while held-out
 pass rate does not". It publishes nothing.
 """
 
@@ -16,6 +17,7 @@ from typing import Callable
 
 from bus.messages import EvalPoint, EvalRound, HeldoutScore, Task, TaskOutcome
 from envs.stats import estimate, paired_change
+from envs.strata import choose, strata
 
 
 def round_assignment_id(prefix: str, round_version: int, index: int) -> str:
@@ -31,19 +33,20 @@ def round_of(assignment_id: str) -> int | None:
 
 
 def pick_heldout(tasks: list[Task], per_domain: int, split: str = "heldout",
-                 domain_tasks: Mapping[str, int] | None = None) -> dict[str, list[Task]]:
-    """Evaluation tasks of `split` by domain, the first `per_domain` of each in id order (ids
-    are content hashes, so this is a fixed, unbiased choice that stays the same every round);
-    `domain_tasks` sets another number for the domains it names."""
-    out: dict[str, list[Task]] = {}
+                 domain_tasks: Mapping[str, int] | None = None,
+                 usable: Callable[[Task], bool] = lambda task: True) -> dict[str, list[Task]]:
+    """Evaluation tasks of `split` by domain: `per_domain` of each (`domain_tasks` sets another
+    number for the domains it names), shared among the domain's rungs and program families in
+    proportion to the split, each stratum's first `usable` ones (all by default; the gates'
+    verdict when gating) in a salted content-hash order (`envs.strata.choose`): a fixed,
+    unbiased choice that stays the same every round."""
     limits = domain_tasks or {}
-    for task in sorted(tasks, key=lambda t: t.task_id):
-        if task.split != split:
-            continue
-        chosen = out.setdefault(task.domain, [])
-        if len(chosen) < limits.get(task.domain, per_domain):
-            chosen.append(task)
-    return out
+    by_domain: dict[str, list[Task]] = {}
+    for task in tasks:
+        if task.split == split:
+            by_domain.setdefault(task.domain, []).append(task)
+    return {d: choose(strata(ts), limits.get(d, per_domain), usable)
+            for d, ts in sorted(by_domain.items())}
 
 
 @dataclass
@@ -51,6 +54,7 @@ class TaskCount:
     """One task's attempts in a round, as they are counted."""
 
     domain: str
+    rung: int = 0
     passed: int = 0
     judged: int = 0
     reward: float = 0.0
@@ -71,8 +75,9 @@ class Round:
     "Attempt ids counted: a verdict delivered twice counts once."
 
     def add(self, attempt_id: str, policy_version: int, task_id: str, domain: str, outcome: str,
-            reward: float | None = None) -> bool:
-        """Count one verdict; False (and nothing counted) if its attempt was counted."""
+            reward: float | None = None, rung: int = 0) -> bool:
+        """Count one verdict of a task at `rung` (`envs.strata.rung_of`); False (and nothing
+        counted) if its attempt was counted."""
         if attempt_id in self.seen:
             return False
         self.seen.add(attempt_id)
@@ -80,7 +85,8 @@ class Round:
         if outcome == "dropped" or reward is None:  # infrastructure: no evidence about the policy
             self.dropped += 1
             return True
-        count = self.by_version.setdefault(policy_version, {}).setdefault(task_id, TaskCount(domain))
+        counts = self.by_version.setdefault(policy_version, {})
+        count = counts.setdefault(task_id, TaskCount(domain, rung))
         count.judged += 1
         count.passed += outcome == "pass"
         count.reward += reward
@@ -92,14 +98,15 @@ class Round:
 
     def outcomes(self, version: int) -> dict[str, TaskOutcome]:
         """Task id -> outcome of policy `version`'s attempts in this round."""
-        return {t: TaskOutcome(domain=c.domain, passed=c.passed, judged=c.judged)
+        return {t: TaskOutcome(domain=c.domain, passed=c.passed, judged=c.judged, rung=c.rung)
                 for t, c in sorted(self.by_version.get(version, {}).items())}
 
     def result(self, version: int, *, trained: set[str], baseline: dict[str, TaskOutcome],
                baseline_version: int, samples_per_task: int, train_reward: float | None,
                now: float, split: str = "heldout") -> EvalRound:
         """The held-out result of policy `version`'s attempts in this round, each score
-        paired with `baseline` (task outcomes of `baseline_version`)."""
+        paired with `baseline` (task outcomes of `baseline_version`): overall, on the trained
+        and the transfer domains, per domain and per domain's rung."""
         counts = self.by_version.get(version, {})
         tasks = self.outcomes(version)
         domains = sorted({c.domain for c in counts.values()})
@@ -113,30 +120,50 @@ class Round:
         return EvalRound(
             round=self.version, version=version,
             overall=score(tasks, baseline) or HeldoutScore(),
-            trained=score(tasks, baseline, lambda d: d in trained),
-            transfer=score(tasks, baseline, lambda d: d not in trained),
-            domains={d: score(tasks, baseline, lambda x, d=d: x == d) for d in domains},
+            trained=score(tasks, baseline, lambda o: o.domain in trained),
+            transfer=score(tasks, baseline, lambda o: o.domain not in trained),
+            domains={d: score(tasks, baseline, lambda o, d=d: o.domain == d) for d in domains},
             baseline_version=baseline_version, samples_per_task=samples_per_task,
             reward=mean_reward(None) if judged else None,
             rewards={d: r for d in domains if (r := mean_reward(d)) is not None},
             train_reward=train_reward, complete=self.complete, dropped=self.dropped,
-            tasks=tasks, reported_at=now, split=split)
+            tasks=tasks, reported_at=now, split=split, rungs=by_rung(tasks, baseline))
 
 
 def score(tasks: dict[str, TaskOutcome], baseline: dict[str, TaskOutcome],
-          domains: Callable[[str], bool] = lambda d: True) -> HeldoutScore | None:
-    """pass@1 with its interval, and the paired change since `baseline`, over the tasks whose
-    domain `domains` accepts (all by default); None if there are none."""
-    def counts(outcomes: dict[str, TaskOutcome]) -> dict[str, tuple[int, int]]:
-        return {t: (o.passed, o.judged) for t, o in outcomes.items() if domains(o.domain)}
-
-    now = counts(tasks)
+          keep: Callable[[TaskOutcome], bool] = lambda o: True) -> HeldoutScore | None:
+    """pass@1 with its interval, and the paired change since `baseline`, over the tasks
+    `keep` accepts (all by default; a task is paired by id, so a baseline kept from before
+    tasks carried their rung pairs the same); None if there are none."""
+    now = {t: (o.passed, o.judged) for t, o in tasks.items() if keep(o)}
     if not now:
         return None
-    e, p = estimate(now), paired_change(counts(baseline), now)
+    before = {t: (o.passed, o.judged) for t, o in baseline.items() if t in now}
+    e, p = estimate(now), paired_change(before, now)
     return HeldoutScore(rate=e.rate, low=e.low, high=e.high, tasks=e.tasks, attempts=e.attempts,
                         paired=p.tasks, gained=p.gained, lost=p.lost, p_value=p.p_value,
                         delta=p.delta)
+
+
+def by_rung(tasks: dict[str, TaskOutcome],
+            baseline: dict[str, TaskOutcome]) -> dict[str, dict[int, HeldoutScore]]:
+    """Domain -> rung -> the score of that domain's tasks at that rung (see `score`)."""
+    cells = sorted({(o.domain, o.rung) for o in tasks.values()})
+    out: dict[str, dict[int, HeldoutScore]] = {}
+    for d, r in cells:
+        found = score(tasks, baseline, lambda o, d=d, r=r: (o.domain, o.rung) == (d, r))
+        if found is not None:
+            out.setdefault(d, {})[r] = found
+    return out
+
+
+def rung_fields(result: EvalRound) -> dict[str, dict[int, dict[str, float | int]]]:
+    """The per-rung results of a round as plain fields for its log event: domain -> rung ->
+    rate, interval, tasks and the paired change since the baseline."""
+    return {d: {r: {"rate": round(s.rate, 4), "low": round(s.low, 4), "high": round(s.high, 4),
+                    "tasks": s.tasks, "paired": s.paired, "gained": s.gained, "lost": s.lost,
+                    "p_value": float(f"{s.p_value:.3g}")} for r, s in rungs.items()}
+            for d, rungs in result.rungs.items()}
 
 
 def point_of(result: EvalRound) -> EvalPoint:

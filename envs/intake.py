@@ -4,8 +4,8 @@ Consumes `EnvsConfig`, a seed and a split ('train' or 'heldout'); produces gated
 at a time (through a callback, so a sampler can start before intake finishes), a
 `GateTally`, and the bad task-file lines as errors. Environments are interleaved so every
 domain gets tasks early. `gated_heldout` is the held-out choice of an evaluation round (the
-evaluator's, and the benchmarks' that evaluate on the same tasks). It samples nothing and
-publishes nothing.
+evaluator's, and the benchmarks' that evaluate on the same tasks): stratified, gated, each
+rejection replaced within its stratum. It samples nothing and publishes nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import itertools
 import json
 import os
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -132,8 +131,20 @@ async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_con
                     on_cpu: Callable[[float], None] = lambda seconds: None) -> GateTally:
     """Gate every task (several at once), calling `on_gated` for each as it finishes and
     `on_cpu` with the sandboxes' CPU seconds so far."""
-    tally = GateTally()
     backend = Metered(await open_backend(sandbox_config))
+    try:
+        return await gate_on(backend, tasks, on_gated, concurrency=concurrency, cache=cache,
+                             on_cpu=on_cpu)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.aclose()
+
+
+async def gate_on(backend: Metered, tasks: Iterable[tuple[Task, GateConfig | None]],
+                  on_gated: OnGated, *, concurrency: int, cache: KvGateCache | None = None,
+                  on_cpu: Callable[[float], None] = lambda seconds: None) -> GateTally:
+    """`gate_many` on a backend the caller opened (and closes)."""
+    tally = GateTally()
 
     async def gated(task: Task, report: GateReport) -> None:
         on_cpu(backend.cpu_s)
@@ -141,14 +152,10 @@ async def gate_many(tasks: Iterable[tuple[Task, GateConfig | None]], sandbox_con
 
     limiter = anyio.CapacityLimiter(concurrency)
     lanes = anyio.Semaphore(max(2, concurrency))  # tasks being gated at once
-    try:
-        async with anyio.create_task_group() as tg:
-            for task, gates in tasks:
-                await lanes.acquire()  # released by _one, in the child task
-                tg.start_soon(_one, task, gates, backend, limiter, lanes, tally, gated, cache)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await backend.aclose()
+    async with anyio.create_task_group() as tg:
+        for task, gates in tasks:
+            await lanes.acquire()  # released by _one, in the child task
+            tg.start_soon(_one, task, gates, backend, limiter, lanes, tally, gated, cache)
     return tally
 
 
@@ -188,32 +195,39 @@ async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
                         progress: Callable[[int, int], None] = lambda done, total: None,
                         on_cpu: Callable[[float], None] = lambda seconds: None,
                         ) -> dict[str, list[Task]]:
-    """The tasks a round evaluates, by domain: the first `per_domain` of each in id order
-    of `split` ('heldout', or 'validation' while choosing settings) that pass the gates;
-    `domain_tasks` sets another number for the domains it names. Tasks are gated in id order
-    and a domain stops once it has enough, so a rejection costs one more gate, not a fixed
-    share of spares. `progress(done, total)` is told as each is gated."""
+    """The tasks a round evaluates, by domain: `pick_heldout`'s stratified choice of `split`
+    ('heldout', or 'validation' while choosing settings), `per_domain` of each (`domain_tasks`
+    sets another number for the domains it names), every one passing the gates. Only the
+    chosen tasks are gated; a rejected one gives its seat to the next task of its stratum
+    (rung and family), gated in the next pass, so the choice depends on the gates only
+    through those replacements. `progress(done, total)` is told as each is gated."""
     tasks, _ = collect(config, seed=seed, split=split)
     gates = {t.task_id: g for t, g in tasks}
-    limits = domain_tasks or {}
-    ordered = pick_heldout([t for t, _ in tasks], len(tasks), split)
-    wanted = {d: min(len(ts), limits.get(d, per_domain)) for d, ts in ordered.items()}
-    total = sum(wanted.values())
-    accepted: list[Task] = []
-    passed = Counter[str]()
-    done = 0
-    progress(done, total)
+    every = [t for t, _ in tasks]
+    accepted: dict[str, bool] = {}
+
+    def choice() -> dict[str, list[Task]]:  # a task not gated yet counts as usable
+        return pick_heldout(every, per_domain, split, domain_tasks,
+                            usable=lambda t: accepted.get(t.task_id, True))
+
+    total = sum(map(len, choice().values()))
+    progress(0, total)
 
     async def on_gated(task: Task, report: GateReport) -> None:
-        nonlocal done
-        done += 1
-        progress(min(done, total), total)
-        if report.accepted:
-            passed[task.domain] += 1
-            accepted.append(task)
+        accepted[task.task_id] = report.accepted
+        progress(min(len(accepted), total), total)
 
-    interleaved = [(t, gates[t.task_id]) for group in itertools.zip_longest(*ordered.values())
-                   for t in group if t is not None]  # id order within each domain
-    await gate_many(while_short(interleaved, passed, wanted.__getitem__), config.gates.sandbox,
-                    on_gated, concurrency=config.gates.concurrency, cache=cache, on_cpu=on_cpu)
-    return pick_heldout(accepted, per_domain, split, domain_tasks)
+    backend = Metered(await open_backend(config.gates.sandbox))
+    try:
+        while True:  # until no chosen task waits for its gates; each pass replaces rejections
+            chosen = choice()
+            waiting = [[t for t in ts if t.task_id not in accepted] for ts in chosen.values()]
+            if not any(waiting):
+                return chosen
+            mixed = [(t, gates[t.task_id]) for group in itertools.zip_longest(*waiting)
+                     for t in group if t is not None]  # every domain early
+            await gate_on(backend, mixed, on_gated, concurrency=config.gates.concurrency,
+                          cache=cache, on_cpu=on_cpu)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.aclose()

@@ -9,12 +9,13 @@ import msgspec
 import pytest
 
 from bus.messages import Task, Verifier
-from envs import registry
+from envs import registry, taskfile
 from envs.config import EnvEntry, EnvsConfig, GateConfig
 from envs.environment import generate
 from envs.evaluation import pick_heldout
 from envs.gates import gate_task, mutation_verdict
 from envs.intake import collect, gated_heldout
+from envs.strata import stratum_of, strata
 from sandbox import open_backend
 from sandbox.config import SandboxConfig
 
@@ -171,9 +172,8 @@ async def test_verifier_data_the_judge_cannot_use_is_invalid():
 
 @pytest.mark.bus
 async def test_held_out_gating_stops_each_domain_once_it_has_enough(monkeypatch, tmp_path):
-    """The evaluator's choice gates tasks in id order and stops a domain at its count (plus
-    the few already in flight): the chosen ones are the first in id order, as without the
-    early stop, and far fewer tasks are gated than the split holds."""
+    """The evaluator's choice gates only the tasks its stratified choice names: when all pass
+    it is `pick_heldout`'s choice exactly, and far fewer tasks are gated than the split holds."""
     monkeypatch.setenv("WHET_GATE_CACHE", str(tmp_path / "gates"))
     config = EnvsConfig(use={
         "python_functions": EnvEntry(count=120, heldout_share=0.5, checks=[]),
@@ -187,5 +187,37 @@ async def test_held_out_gating_stops_each_domain_once_it_has_enough(monkeypatch,
     first = pick_heldout([t for t, _ in every], 6, domain_tasks={"structured": 3})
     assert chosen == first
     gated = len(seen) - 1  # the first call reports 0 done
-    assert seen[-1][1] == 9 and 9 <= gated <= 9 + 2 * 2
+    assert seen[-1][1] == 9 and gated == 9
     assert len(every) > 40  # the early stop skipped most of the split
+
+
+@pytest.mark.bus
+async def test_a_rejected_held_out_task_is_replaced_from_its_own_stratum(monkeypatch, tmp_path):
+    """Two chosen tasks of one stratum that the gates reject (no reference) give their seats
+    to the next two of that stratum; every other chosen task and every stratum's count stay
+    as they were, and only the choice and the two replacements are gated."""
+    monkeypatch.setenv("WHET_GATE_CACHE", str(tmp_path / "gates"))
+    env = registry.resolve("python_functions", EnvEntry())
+    tasks = [msgspec.structs.replace(t, split="heldout")
+             for t in generate(env, 60, seed=7, levels=[0, 1])]
+    first = pick_heldout(tasks, 12)["python"]
+    groups = strata(tasks)
+    key = next(k for k in groups if sum(stratum_of(t) == k for t in first) == 2
+               and len(groups[k]) >= 4)
+    broken = {t.task_id for t in groups[key][:2]}
+    tasks = [msgspec.structs.replace(t, verifier=msgspec.structs.replace(t.verifier, reference=""))
+             if t.task_id in broken else t for t in tasks]
+    path = tmp_path / "held.jsonl"
+    with path.open("w") as out:
+        taskfile.write(out, tasks)
+    config = EnvsConfig(use={"held": EnvEntry(file=str(path), count=100, checks=[])},
+                        mix={"data": 1.0}, gates=GateConfig(concurrency=2, keep_reports=False))
+    seen: list[tuple[int, int]] = []
+    chosen = (await gated_heldout(config, seed=0, per_domain=12,
+                                  progress=lambda *pair: seen.append(pair)))["python"]
+    assert chosen == pick_heldout(tasks, 12, usable=lambda t: t.task_id not in broken)["python"]
+    assert sorted(map(stratum_of, chosen)) == sorted(map(stratum_of, first))
+    assert {t.task_id for t in first} - {t.task_id for t in chosen} == broken
+    assert {t.task_id for t in chosen} - {t.task_id for t in first} == {
+        t.task_id for t in groups[key][2:4]}
+    assert len(seen) - 1 == 12 + 2 and seen[-1] == (12, 12)

@@ -13,6 +13,7 @@ from envs.environment import generate
 from envs.evaluation import pick_heldout
 from envs.gates import validity_problems
 from envs.mutants import json_mutants, python_mutants
+from envs.strata import allocate, stratum_of
 
 pytestmark = pytest.mark.unit
 
@@ -60,6 +61,18 @@ def test_generation_is_deterministic_in_the_seed(name):
     assert set(first).isdisjoint(t.task_id for t in generate(env, 20, seed=8))
 
 
+@pytest.mark.parametrize("name", GENERATED)
+def test_generated_tasks_carry_the_family_that_made_them(name):
+    """Every generated task names its program family (held-out sets are drawn by it), and a
+    rung has more than one family somewhere on the ladder."""
+    tasks = list(generate(registry.resolve(name, EnvEntry()), 120, seed=1))
+    assert all(t.family for t in tasks)
+    by_rung = collections.defaultdict(set)
+    for t in tasks:
+        by_rung[int(t.difficulty)].add(t.family)
+    assert max(map(len, by_rung.values())) > 1
+
+
 def test_heldout_share_is_stable_and_about_right():
     """The held-out split is a content property: the same tasks, about the asked share."""
     env = registry.resolve("python_functions", EnvEntry())
@@ -87,9 +100,9 @@ def test_a_validation_share_moves_no_task_into_or_out_of_the_heldout_set():
     assert len(picked) == 10 and all(t.split == "validation" for t in picked)
 
 
-def test_a_domain_named_in_domain_tasks_gets_its_own_count_and_keeps_its_first_ones():
-    """`[evaluator] domain_tasks` shrinks one domain's round; its tasks are the first of the
-    full choice, so a smaller transfer set is a prefix of the larger one."""
+def test_a_domain_named_in_domain_tasks_gets_its_own_count_still_stratified():
+    """`[evaluator] domain_tasks` shrinks one domain's round; its smaller choice is shared by
+    rung and family in proportion too, and the other domains' choices do not move."""
     py = registry.resolve("python_functions", EnvEntry())
     data = registry.resolve("data_scripts", EnvEntry())
     tasks = [*generate(py, 300, seed=3, heldout_share=0.3),
@@ -97,7 +110,10 @@ def test_a_domain_named_in_domain_tasks_gets_its_own_count_and_keeps_its_first_o
     full = pick_heldout(tasks, 20)
     small = pick_heldout(tasks, 20, domain_tasks={"python": 5})
     assert len(full["python"]) == 20 and len(small["python"]) == 5
-    assert small["python"] == full["python"][:5]
+    sizes = collections.Counter(stratum_of(t) for t in tasks
+                                if t.domain == "python" and t.split == "heldout")
+    assert collections.Counter(map(stratum_of, small["python"])) == {
+        k: n for k, n in allocate(sizes, 5).items() if n}
     assert small["data"] == full["data"] and len(small["data"]) == 20
 
 

@@ -7,6 +7,7 @@ verdicts. Events are read back from the events stream, as `whet tail` would.
 
 from __future__ import annotations
 
+import collections
 import time
 
 import anyio
@@ -154,6 +155,14 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     assert (t.paired, t.gained, t.lost) == (5, 2, 2) and round1.transfer.gained == 0
     assert round1.domains["structured"].gained == 2 and round1.train_reward == 0.6
     assert f["gained"] == f["lost"] == 0 and f["paired"] == 10 and f["low"] == 0.1682
+    # Per rung: the stratified choice spreads python's 5 tasks over its rungs; each rung's
+    # score counts its own tasks, in the typed result and in the event.
+    rungs = collections.Counter((a.task.domain, int(a.task.difficulty)) for a in got[:10])
+    assert len({r for d, r in rungs if d == "python"}) > 1
+    assert {(d, r): s.tasks for d, rs in round1.rungs.items() for r, s in rs.items()} == rungs
+    assert sum(s.paired for s in round1.rungs["structured"].values()) == 5
+    assert {(d, int(r)): v["tasks"] for d, rs in f["rungs"].items()
+            for r, v in rs.items()} == rungs
 
 
 async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_at_1(bus, nats_server):

@@ -15,7 +15,7 @@ from runtime.config import ActorsConfig, RunConfig, TrainingConfig
 from runtime.stack import liveline
 from runtime.stack.plots import draw
 from runtime.stack.progress import Progress, watch
-from runtime.stack.render_round import eval_row, round_brief, round_line
+from runtime.stack.render_round import eval_row, round_brief, round_line, rung_text
 from runtime.stack.rundir import RunDir
 
 
@@ -107,6 +107,26 @@ def test_a_round_reads_as_rate_interval_and_change_since_the_baseline():
     assert round_brief(None) == "held-out -"
     row = eval_row(r)
     assert (row["trained_gained"], row["trained_p_value"], row["transfer_high"]) == (3, 0.25, 0.5098)
+
+
+@pytest.mark.unit
+def test_a_rounds_rungs_read_as_one_text_in_eval_csv_and_status(tmp_path):
+    """Each domain's rungs, in order, with rate, interval, tasks and paired change: the text
+    `whet status` prints under the round and eval.csv's `rungs` column holds."""
+    low = HeldoutScore(rate=0.52, low=0.3842, high=0.6528, tasks=50, paired=50, gained=3,
+                       lost=1, p_value=0.625)
+    high = HeldoutScore(rate=0.1, low=0.0279, high=0.3010, tasks=20, paired=20, lost=2,
+                        p_value=0.5)
+    r = EvalRound(round=4, version=4, overall=low, baseline_version=0,
+                  rungs={"data": {1: high, 0: low}, "humaneval": {0: high}})
+    text = ("data L0 0.520 [0.38, 0.65] n=50 +3/-1 (p=0.625), L1 0.100 [0.03, 0.30] n=20 "
+            "+0/-2 (p=0.5); humaneval L0 0.100 [0.03, 0.30] n=20 +0/-2 (p=0.5)")
+    assert rung_text(r) == text and eval_row(r)["rungs"] == text
+    p = progress(tmp_path, evaluators=1)
+    p.on_round(r)
+    with (tmp_path / "metrics" / "eval.csv").open(newline="") as f:
+        assert [row["rungs"] for row in csv.DictReader(f)] == [text]
+    assert eval_row(EvalRound(round=0, version=0, overall=low))["rungs"] is None
 
 
 def beat(kind: str, state: str = "ready", beat_at: float = 100.0, **stats: float) -> Heartbeat:

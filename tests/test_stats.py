@@ -131,3 +131,26 @@ def test_a_round_counts_each_attempt_once_and_keeps_versions_apart():
                          samples_per_task=1, train_reward=None, now=0.0) for v in (4, 5))
     assert (r4.overall.rate, r5.overall.rate) == (1.0, 0.0)
     assert r4.transfer is None and r4.overall.paired == 0 and r4.overall.p_value == 1.0
+
+
+def test_a_round_result_has_each_domains_rungs_with_intervals_and_pairs():
+    """py rung 0: 2 tasks, 1 passes (0.5, Wilson over 2, gained 1 since a baseline written
+    before outcomes carried rungs); py rung 1: 3 tasks, 0 pass (lost 1 of 2 paired); json
+    rung 0: 1 task passing, unpaired. Each task's outcome keeps its rung."""
+    rnd = Round(6, 6, 0.0)
+    for i, (task, domain, rung, outcome) in enumerate([
+            ("py/a", "py", 0, "pass"), ("py/b", "py", 0, "fail"), ("py/c", "py", 1, "fail"),
+            ("py/d", "py", 1, "fail"), ("py/e", "py", 1, "fail"), ("json/a", "json", 0, "pass")]):
+        rnd.add(f"x.{i}", 6, task, domain, outcome, float(outcome == "pass"), rung=rung)
+    baseline = {"py/a": TaskOutcome("py", 0, 1), "py/b": TaskOutcome("py", 0, 1),
+                "py/c": TaskOutcome("py", 1, 1), "py/d": TaskOutcome("py", 0, 1)}
+    r = rnd.result(6, trained={"py"}, baseline=baseline, baseline_version=0,
+                   samples_per_task=1, train_reward=None, now=1.0)
+    assert sorted((d, sorted(rs)) for d, rs in r.rungs.items()) == [("json", [0]), ("py", [0, 1])]
+    py0, py1, json0 = r.rungs["py"][0], r.rungs["py"][1], r.rungs["json"][0]
+    assert (py0.rate, py0.tasks, (py0.low, py0.high)) == (0.5, 2, wilson_interval(0.5, 2))
+    assert (py0.paired, py0.gained, py0.lost) == (2, 1, 0)
+    assert (py1.rate, py1.tasks, py1.paired, py1.gained, py1.lost) == (0.0, 3, 2, 0, 1)
+    assert (json0.rate, json0.tasks, json0.paired) == (1.0, 1, 0)
+    assert r.tasks["py/c"] == TaskOutcome("py", 0, 1, rung=1)
+    assert r.domains["py"].tasks == py0.tasks + py1.tasks

@@ -21,6 +21,7 @@ import anyio
 from actors.generator import make_turn
 from bus.messages import Attempt, EvalPoint, Task
 from envs.evaluation import Round, point_of, round_assignment_id
+from envs.strata import rung_of
 from judging.offline import judge_all
 from policy.config import ModelConfig
 from policy.engine import RowSettings, SampleRequest, room_left
@@ -68,7 +69,7 @@ async def evaluate(cfg, model: ModelConfig, tasks: list[Task],
     rnd = Round(0, len(judged), 0.0)
     for j in judged:
         rnd.add(j.attempt.attempt_id, 0, j.attempt.task.task_id, j.attempt.task.domain,
-                j.judgement.outcome, j.judgement.reward)
+                j.judgement.outcome, j.judgement.reward, rung=rung_of(j.attempt.task))
     result = rnd.result(0, trained=set(cfg.envs.mix), baseline={}, baseline_version=0,
                         samples_per_task=1, train_reward=None, now=time.time())
     point = point_of(result)

@@ -59,6 +59,8 @@ class TaskOutcome(Part):
     "Attempts that passed."
     judged: int = 0
     "Attempts judged (dropped ones left out)."
+    rung: int = 0
+    "Rung of the task on its environment's ladder (`envs.strata.rung_of`)."
 
 
 class HeldoutScore(Part):
@@ -124,6 +126,8 @@ class EvalRound(Message, tag="whet.eval_round.v1"):
     "Unix time the round was reported."
     split: str = "heldout"
     "The task set measured: 'heldout' (reported results) or 'validation' (for tuning)."
+    rungs: dict[str, dict[int, HeldoutScore]] = {}
+    "Each domain's tasks by rung (domain -> rung -> score), each paired with the baseline."
 
 
 class EvaluatorState(Message, tag="whet.evaluator_state.v1"):

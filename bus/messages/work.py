@@ -93,6 +93,8 @@ class Task(Message, tag="whet.task.v1"):
     "Executor environment spec the task runs in."
     limits: Limits = Limits()
     "Limits for each execution of an attempt at this task."
+    family: str = ""
+    "Which of its environment's templates made it ('' if none): held-out sets are drawn by it."
 
 
 class TaskAssignment(Message, tag="whet.assignment.v1"):

@@ -18,7 +18,7 @@ from bus import gauges as gauge_names
 from bus.messages import ActorFailure
 from runtime.cli.render_metrics import render_metrics
 from runtime.cli.stack_status import ActorRow, StackStatus
-from runtime.stack.render_round import round_line
+from runtime.stack.render_round import round_line, rung_text
 
 _KEY_GAUGES = (gauge_names.GENERATOR_TOKENS_PER_S, gauge_names.EXECUTOR_JOBS_PER_S,
                gauge_names.LEARNER_STEP_TIME_S, gauge_names.SAMPLER_REPAIR_TASKS)
@@ -101,6 +101,9 @@ def render_status(snap: StackStatus, console: Console | None = None, *,
     console.print(streams)
     if snap.heldout is not None:
         console.print(f"held-out: {round_line(snap.heldout)}", highlight=False)
+        if snap.heldout.rungs:
+            console.print(f"held-out by rung: {rung_text(snap.heldout)}", highlight=False,
+                          soft_wrap=True)
     if snap.metrics is not None:
         render_metrics(snap.metrics, console, now=snap.at)
 

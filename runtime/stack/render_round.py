@@ -1,8 +1,8 @@
 """Text and CSV forms of the evaluator's typed round result (`EvalRound`).
 
 Consumes an `EvalRound`; produces the `eval.csv` row (`EVAL_COLUMNS`), the short held-out
-part of the progress line and the line `whet status` shows. Formatting only: the numbers
-are the evaluator's (`envs.stats` computes them). No I/O.
+part of the progress line and the lines `whet status` shows (the round, its rungs).
+Formatting only: the numbers are the evaluator's (`envs.stats` computes them). No I/O.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ EVAL_COLUMNS = ["policy_version", "round", "step", "overall", "overall_low", "ov
                 "reward", "trained", "trained_low", "trained_high", "transfer", "transfer_low",
                 "transfer_high", "baseline_version", "paired", "gained", "lost", "p_value",
                 "delta", "trained_paired", "trained_gained", "trained_lost", "trained_p_value",
-                "tasks", "attempts", "samples_per_task", "complete", "wall_s", "cpu_s"]
+                "tasks", "attempts", "samples_per_task", "complete", "wall_s", "cpu_s", "rungs"]
 """Columns of `<run dir>/metrics/eval.csv`: pass@1 with its 95% interval overall, on the
 trained domains and on the transfer domains; the paired comparison with the baseline version
 overall and on the trained domains (tasks paired, gained, lost, sign-test p-value, mean
-change); the step the row was written at, wall and CPU seconds."""
+change); the step the row was written at, wall and CPU seconds; each domain's rungs as
+`rung_text` writes them."""
 
 
 def _r(value: float | None, digits: int = 4) -> float | None:
@@ -46,7 +47,7 @@ def eval_row(result: EvalRound) -> dict[str, Any]:
         "baseline_version": result.baseline_version, "paired": o.paired, "gained": o.gained,
         "lost": o.lost, "p_value": _p(o.p_value), "delta": _r(o.delta), "tasks": o.tasks,
         "attempts": o.attempts, "samples_per_task": result.samples_per_task,
-        "complete": result.complete,
+        "complete": result.complete, "rungs": rung_text(result) or None,
         **_score_columns("overall", o), **_score_columns("trained", t),
         **_score_columns("transfer", result.transfer)}
     if t is not None:
@@ -71,6 +72,15 @@ def round_brief(result: EvalRound | None) -> str:
         return "held-out -"
     score = result.trained or result.overall
     return f"held-out {_interval(score)} {_versus(score, result.baseline_version)}"
+
+
+def rung_text(result: EvalRound) -> str:
+    """Each domain's pass rate by rung, with its interval, tasks and change since the
+    baseline, e.g. 'data L0 0.520 [0.38, 0.66] n=50 +3/-1 (p=0.625), L1 ...; humaneval L0 ...'."""
+    return "; ".join(
+        f"{domain} " + ", ".join(f"L{rung} {_interval(s)} n={s.tasks} +{s.gained}/-{s.lost} "
+                                 f"(p={s.p_value:.3g})" for rung, s in sorted(rungs.items()))
+        for domain, rungs in sorted(result.rungs.items()))
 
 
 def round_line(result: EvalRound) -> str:
