@@ -4,7 +4,7 @@ Consumes the policy version (KV whet-policy `current`), the configured environme
 held-out tasks (gated at intake), eval verdicts (durable on `whet.v1.verdicts.eval`) and
 train verdicts (durable `evaluator-train`, for the mean training reward by version). For
 every `every_versions`-th version it publishes a round: each chosen held-out task once, as
-`TaskAssignment(purpose="eval", group_size=samples_per_task)` on `whet.v1.tasks`, ids
+`TaskAssignment(purpose="eval", group_size=samples_per_task)` on `whet.v1.rounds`, ids
 derived from the round, so a restart re-publishes nothing new. Produces per version an
 `EvalRound` in KV whet-run, an `evaluator.evaluated` event, `heldout.<domain>` gauges and
 its KV state (`Evaluator.report`); progress, the monitor and `whet status` read them.
@@ -100,7 +100,7 @@ class Evaluator:
         self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(version),
                                       gauges.ROUND_SIZE: float(len(items) * self.k),
                                       gauges.ROUND_JUDGED: 0.0})
-        new = await self.bus.publish_many(subjects.TASKS, items)
+        new = await self.bus.publish_many(subjects.ROUNDS, items)
         self.state.last_round = version
         await self.save()
         log.info("evaluator.round_started", version=version, assignments=len(items), new=new)

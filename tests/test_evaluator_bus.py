@@ -102,7 +102,7 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(sink.forward, ebus)
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
             await tg.start(evaluator_actor.run, ebus, CONFIG)
             with anyio.fail_after(30):
                 while len(got) < 10:
@@ -170,7 +170,7 @@ async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_a
     ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
             await tg.start(evaluator_actor.run, ebus, cfg)
             with anyio.fail_after(30):
                 while len(got) < 10:
