@@ -111,7 +111,7 @@ class Evaluator:
         await self.ready.wait()
         every = self.config.evaluator.every_versions
         current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
-        if current is None and self.state.last_round < 0:
+        if current is None and self.state.last_round < 0 and self.config.evaluator.initial_round:
             await self.start_round(0)  # the initial weights, before the learner publishes
         cut = self.state.last_round
         if cut > self.state.last_reported and cut not in self.rounds:
@@ -121,7 +121,8 @@ class Evaluator:
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             v = current.version
-            if v > self.state.last_round and v % every == 0:
+            if v > self.state.last_round and v % every == 0 and (
+                    v or self.config.evaluator.initial_round):
                 await self.start_round(v)
 
     async def on_eval(self, verdict: Verdict, delivery: Delivery) -> None:

@@ -143,6 +143,10 @@ class EvaluatorConfig(Section):
 
     every_versions: Annotated[int, msgspec.Meta(ge=1)] = 1
     "Evaluate every N-th policy version (version 0, the initial weights, included)."
+    initial_round: bool = True
+    ("Evaluate version 0, the initial weights. Off where another run measured them on the "
+     "same tasks (an ablation's variants share one); paired comparisons then start at the "
+     "first version evaluated.")
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40
     "Held-out tasks per domain in each round (the same ones every round)."
     domain_tasks: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
