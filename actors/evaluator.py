@@ -4,7 +4,7 @@ Consumes the policy version (KV whet-policy `current`), the configured environme
 held-out tasks (gated at intake), eval verdicts (durable on `whet.v1.verdicts.eval`) and
 train verdicts (durable `evaluator-train`, for the mean training reward by version). For
 every `every_versions`-th version it publishes a round: each chosen held-out task once, as
-`TaskAssignment(purpose="eval", group_size=samples_per_task)` on `whet.v1.tasks`, ids
+`TaskAssignment(purpose="eval", group_size=samples_per_task)` on `whet.v1.rounds`, ids
 derived from the round, so a restart re-publishes nothing new. Produces per version an
 `EvalRound` in KV whet-run, an `evaluator.evaluated` event, `heldout.<domain>` gauges and
 its KV state (`Evaluator.report`); progress, the monitor and `whet status` read them.
@@ -101,7 +101,7 @@ class Evaluator:
         self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(version),
                                       gauges.ROUND_SIZE: float(len(items) * self.k),
                                       gauges.ROUND_JUDGED: 0.0})
-        new = await self.bus.publish_many(subjects.TASKS, items)
+        new = await self.bus.publish_many(subjects.ROUNDS, items)
         self.state.last_round = version
         await self.save()
         log.info("evaluator.round_started", version=version, assignments=len(items), new=new)
@@ -112,7 +112,7 @@ class Evaluator:
         await self.ready.wait()
         every = self.config.evaluator.every_versions
         current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
-        if current is None and self.state.last_round < 0:
+        if current is None and self.state.last_round < 0 and self.config.evaluator.initial_round:
             await self.start_round(0)  # the initial weights, before the learner publishes
         cut = self.state.last_round
         if cut > self.state.last_reported and cut not in self.rounds:
@@ -122,7 +122,8 @@ class Evaluator:
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             v = current.version
-            if v > self.state.last_round and v % every == 0:
+            if v > self.state.last_round and v % every == 0 and (
+                    v or self.config.evaluator.initial_round):
                 await self.start_round(v)
 
     async def on_eval(self, verdict: Verdict, delivery: Delivery) -> None:

@@ -1,12 +1,14 @@
 """The generator actor: policy samples for assignments and continuations.
 
-Consumes `TaskAssignment` (durable `generator` on whet.v1.tasks) and `Attempt`s to continue
-(durable `generator-turns` on whet.v1.turns; the last turn carries the judge's feedback);
+Consumes `TaskAssignment` (durable `generator` on whet.v1.tasks; held-out rounds' on
+whet.v1.rounds, durable `generator-rounds`) and `Attempt`s to continue (durable
+`generator-turns` on whet.v1.turns; the last turn carries the judge's feedback);
 publishes one `Attempt` per sample on whet.v1.attempts with msg id
 '<attempt_id>/t<turn index>' (attempt_id '<assignment_id>.<index>'), so a redelivered input
 never yields a second stored attempt. Follows the policy version (`policy.follower`) and
-runs work only on weights at least as new as its `admitted_version`; reports the version
-it runs and its tokens/s in heartbeats.
+runs work only on weights at least as new as its `admitted_version`, and a round's work on
+exactly its version, from a pinned copy where the engine `pins` (so training never waits for
+a round); reports the version it runs and its tokens/s in heartbeats.
 
 It does not judge, execute or decide whether an attempt continues (the judge does), and it
 does not choose what to sample (the sampler does).
@@ -66,9 +68,10 @@ class Generator:
         self.gen = config.generator
         self.max_context = config.model.max_context
 
-    def _settings(self, purpose: str, context_len: int) -> RowSettings:
+    def _settings(self, purpose: str, context_len: int, version: int = -1) -> RowSettings:
         sampling = self.gen.eval_sampling if purpose == "eval" else self.gen.sampling
-        return RowSettings.of(sampling, room_left(context_len, self.max_context))
+        pinned = version if purpose == "eval" and self.engine.pins else -1
+        return RowSettings.of(sampling, room_left(context_len, self.max_context), pinned)
 
     async def on_assignment(self, work: TaskAssignment, delivery: Delivery) -> None:
         """Sample `group_size` attempts of the assignment's task, once the weights of its
@@ -76,10 +79,15 @@ class Generator:
         if work.group_size < 1:  # retried, then dead-lettered with this reason
             raise ValueError(f"assignment {work.assignment_id}: group_size {work.group_size} < 1")
         began = time.monotonic()
-        await self.follower.wait_for(work.admitted_version, self.gen.weights_wait_s)
+        if work.purpose == "eval" and self.engine.pins:
+            await self.follower.pin_round(work.admitted_version, self.gen.eval_sampling.dtype,
+                                          self.gen.weights_wait_s)
+        else:
+            await self.follower.wait_for(work.admitted_version, self.gen.weights_wait_s)
         prompt = self.engine.chat.prompt_ids(work.task.prompt)
         samples = await self.engine.generate(
-            SampleRequest(prompt, work.group_size, self._settings(work.purpose, len(prompt))))
+            SampleRequest(prompt, work.group_size,
+                          self._settings(work.purpose, len(prompt), work.admitted_version)))
         instance = self.bus.identity.instance
         attempts = [
             Attempt(attempt_id=f"{work.assignment_id}.{i}", group_id=work.assignment_id,
@@ -105,8 +113,11 @@ class Generator:
         role = "tool" if is_tool_task(attempt.task) else "user"
         added = self.engine.chat.feedback_ids(last.feedback, closed, role)
         context = context_of(attempt) + added
-        [sample] = await self.engine.generate(
-            SampleRequest(context, 1, self._settings(attempt.purpose, len(context))))
+        if attempt.purpose == "eval" and self.engine.pins:
+            await self.follower.pin_round(attempt.admitted_version,
+                                          self.gen.eval_sampling.dtype, self.gen.weights_wait_s)
+        [sample] = await self.engine.generate(SampleRequest(
+            context, 1, self._settings(attempt.purpose, len(context), attempt.admitted_version)))
         turns = [*attempt.turns, make_turn(added, sample, self.bus.identity.instance)]
         follow = msgspec.structs.replace(attempt, turns=turns,
                                          policy_version=min(t.policy_version for t in turns))
@@ -135,6 +146,12 @@ async def run(bus: Bus, config: RunConfig, *,
         async with anyio.create_task_group() as work:
             await work.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
                                      generator.on_assignment, max_in_flight=limit,
+                                     drain_s=drain))
+            # A round's rows share batches with training work instead of queueing ahead of it:
+            # at most a batch of them is held at a time.
+            await work.start(partial(consume, bus, subjects.CONSUMER_ROUNDS, TaskAssignment,
+                                     generator.on_assignment,
+                                     max_in_flight=max(1, config.generator.max_batch // 2),
                                      drain_s=drain))
             await work.start(partial(consume, bus, subjects.CONSUMER_TURNS, Attempt,
                                      generator.on_continuation, max_in_flight=limit,

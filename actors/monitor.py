@@ -88,10 +88,7 @@ class Monitor:
         window = Window(*metrics.split_windows(list(self.points), now, self.cfg.window_s))
         outcomes = dict(self.outcomes)
         beats = list((await self.bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)).values())
-        states = await self.bus.stream_states(
-            [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
-             subjects.STREAM_EXEC, subjects.STREAM_EXEC_DONE, subjects.STREAM_VERDICTS,
-             subjects.STREAM_DLQ])
+        states = await self.bus.stream_states(subjects.WORK_STREAMS)
         rates = metrics.rates(window.current)
         linked = linked_trials(window.current, self.cfg.alert_trials)
         for change in check_alerts(self.book, self.cfg, now, rates=rates,

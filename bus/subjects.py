@@ -19,6 +19,9 @@ PREFIX = "whet.v1"
 
 TASKS = f"{PREFIX}.tasks"
 "Sampler to generators: `TaskAssignment`."
+ROUNDS = f"{PREFIX}.rounds"
+("Evaluator to generators: a held-out round's `TaskAssignment`s, on a stream of their own so a "
+ "round never queues ahead of training work.")
 TURNS = f"{PREFIX}.turns"
 "Judge to generators: an `Attempt` to continue with another turn (multi-turn work)."
 ATTEMPTS = f"{PREFIX}.attempts"
@@ -249,6 +252,7 @@ class ConsumerSpec:
 
 
 STREAM_TASKS = "WHET_TASKS"
+STREAM_ROUNDS = "WHET_ROUNDS"
 STREAM_TURNS = "WHET_TURNS"
 STREAM_ATTEMPTS = "WHET_ATTEMPTS"
 STREAM_EXEC = "WHET_EXEC"
@@ -258,6 +262,9 @@ STREAM_EVENTS = "WHET_EVENTS"
 STREAM_DLQ = "WHET_DLQ"
 STREAM_ADVISORIES = "WHET_ADVISORIES"
 STREAM_TRIALS = "WHET_TRIALS"
+WORK_STREAMS = [STREAM_TASKS, STREAM_ROUNDS, STREAM_TURNS, STREAM_ATTEMPTS, STREAM_EXEC,
+                STREAM_EXEC_DONE, STREAM_VERDICTS, STREAM_DLQ]
+"The streams work flows through, as `whet status`, the monitor and role grants observe them."
 
 
 def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int,
@@ -272,6 +279,7 @@ def streams(*, work_max_bytes: int, retention_s: float, events_max_bytes: int,
     work = dict(max_bytes=work_max_bytes, cap_key="[bus] work_max_mb")
     return [
         StreamSpec(STREAM_TASKS, (TASKS,), "workqueue", **work),
+        StreamSpec(STREAM_ROUNDS, (ROUNDS,), "workqueue", **work),
         StreamSpec(STREAM_TURNS, (TURNS,), "workqueue", **work),
         StreamSpec(STREAM_ATTEMPTS, (ATTEMPTS,), "workqueue", **work),
         StreamSpec(STREAM_EXEC, (EXEC_REQUESTS,), "workqueue", **work),
@@ -304,6 +312,8 @@ def advisory_consumer(spec: ConsumerSpec) -> ConsumerSpec:
 
 
 CONSUMER_TASKS = ConsumerSpec(STREAM_TASKS, "generator", TASKS)
+CONSUMER_ROUNDS = ConsumerSpec(STREAM_ROUNDS, "generator-rounds", ROUNDS)
+"Held-out round assignments, read beside training work (`actors.generator`)."
 CONSUMER_TURNS = ConsumerSpec(STREAM_TURNS, "generator-turns", TURNS)
 CONSUMER_ATTEMPTS = ConsumerSpec(STREAM_ATTEMPTS, "judge-attempts", ATTEMPTS)
 CONSUMER_EXEC = ConsumerSpec(STREAM_EXEC, "executor", EXEC_REQUESTS)

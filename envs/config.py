@@ -143,6 +143,10 @@ class EvaluatorConfig(Section):
 
     every_versions: Annotated[int, msgspec.Meta(ge=1)] = 1
     "Evaluate every N-th policy version (version 0, the initial weights, included)."
+    initial_round: bool = True
+    ("Evaluate version 0, the initial weights. Off where another run measured them on the "
+     "same tasks (an ablation's variants share one); paired comparisons then start at the "
+     "first version evaluated.")
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=1)] = 40
     "Held-out tasks per domain in each round (the same ones every round)."
     domain_tasks: dict[str, Annotated[int, msgspec.Meta(ge=1)]] = {}
@@ -158,10 +162,12 @@ class EvaluatorConfig(Section):
     attempts would be one attempt k times)."""
     round_timeout_s: Positive = 3600.0
     "A round reports what it has after this long, marked incomplete."
-    hold_learner: bool = True
+    hold_learner: bool = False
     """The learner publishes no version after an evaluated one until that version's round is
-    reported (or `hold_s` passed), so every attempt of a round comes from the evaluated
-    weights. Off: rounds may mix versions; each attempt counts under the version that made it."""
+    reported (or `hold_s` passed). Needed only where the generator's engine cannot pin a
+    version (vllm): the torch engine samples a round from a copy pinned at the round's version
+    while training goes on. Off with such an engine: rounds may mix versions; each attempt
+    counts under the version that made it."""
     hold_s: Positive = 1800.0
     "Longest the learner holds for one round."
     window: Annotated[int, msgspec.Meta(ge=2, le=100)] = 3

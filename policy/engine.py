@@ -5,6 +5,9 @@ weight versions; produces `Sample`s stamped with the policy version that made th
 engines implement it (`policy.engines` lists them and opens the configured one); this module
 imports none of them, and no torch. Weights arrive as safetensors bytes (or None: the model's
 own version-0 weights) and are swapped only between batches: a batch never mixes versions.
+An engine that `pins` also holds copies fixed at a version (`pin`, the newest two kept), which
+rows naming that version sample from while the live weights move on: a held-out round holds
+no one up.
 """
 
 from __future__ import annotations
@@ -35,13 +38,16 @@ class RowSettings:
     "The text keeps the stop string that ended it."
     dtype: str = ""
     "Weights dtype to sample with ('' for the engine's own); rows of one batch share it."
+    pinned: int = -1
+    "Sample from the copy pinned at this version (`Engine.pin`); -1: the live weights."
 
     @classmethod
-    def of(cls, cfg: SamplingConfig, room: int | None = None) -> "RowSettings":
+    def of(cls, cfg: SamplingConfig, room: int | None = None,
+           pinned: int = -1) -> "RowSettings":
         """Settings from config, with max_new_tokens cut to the `room` left in the context."""
         most = cfg.max_new_tokens if room is None else max(1, min(cfg.max_new_tokens, room))
         return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop), cfg.include_stop,
-                   cfg.dtype)
+                   cfg.dtype, pinned)
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,10 @@ class Engine(abc.ABC):
     chat: ChatFormat
     version: int = 0
     "Policy version of the weights running now."
+    pins = False
+    "Whether `pin` is supported: rows can sample a fixed version while the live one moves on."
+    KEEP_PINNED = 2
+    "Pinned copies kept (the newest versions): a round that overlaps the next keeps its own."
 
     @abc.abstractmethod
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -83,6 +93,16 @@ class Engine(abc.ABC):
     async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
         """Run `version` (safetensors bytes, or None for the version-0 weights) from the
         next batch on; returns once it runs."""
+
+    async def pin(self, version: int, blob: bytes | bytearray | None, dtype: str = "") -> None:
+        """Hold a copy of `version` (safetensors bytes, or None for the version-0 weights) in
+        `dtype` ('' for the engine's own) for rows that name it; only where `pins`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot pin a version")
+
+    @property
+    def pinned_versions(self) -> set[int]:
+        """Versions held in pinned copies."""
+        return set()
 
     @property
     def stats(self) -> dict[str, float]:
@@ -109,6 +129,7 @@ class BatchingEngine(Engine):
         self._lock = anyio.Lock()
         self._tokens = 0
         self._busy_s = 0.0
+        self._pinned: list[int] = []
 
     @abc.abstractmethod
     def run_rows(self, contexts: list[list[int]], settings: list[RowSettings]) -> list[Any]:
@@ -117,6 +138,13 @@ class BatchingEngine(Engine):
     @abc.abstractmethod
     def apply_weights(self, blob: bytes | bytearray | None) -> None:
         """Install weights (blocking); called with no batch running."""
+
+    def apply_pinned(self, version: int, blob: bytes | bytearray | None, dtype: str) -> None:
+        """Make a pinned copy of `version` (blocking); only where `pins`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot pin a version")
+
+    def drop_pinned(self, version: int) -> None:
+        """Free the pinned copy of `version` (blocking)."""
 
     async def generate(self, request: SampleRequest) -> list[Sample]:
         pending = _Pending(request)
@@ -131,6 +159,19 @@ class BatchingEngine(Engine):
             await anyio.to_thread.run_sync(self.apply_weights, blob)
             self.version = version
 
+    async def pin(self, version: int, blob: bytes | bytearray | None, dtype: str = "") -> None:
+        if not self.pins:
+            await super().pin(version, blob, dtype)
+        async with self._lock:
+            await anyio.to_thread.run_sync(self.apply_pinned, version, blob, dtype)
+            self._pinned.append(version)
+            while len(self._pinned) > self.KEEP_PINNED:
+                self.drop_pinned(self._pinned.pop(0))
+
+    @property
+    def pinned_versions(self) -> set[int]:
+        return set(self._pinned)
+
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         async with self._receive:
@@ -143,22 +184,27 @@ class BatchingEngine(Engine):
                     await self._run(batch)
 
     async def _run(self, batch: list[_Pending]) -> None:
-        # Rows sampled in another dtype (eval in float32) never share a batch with the rest.
-        by_dtype: dict[str, list[tuple[_Pending, int]]] = {}
+        # Rows sampled in another dtype (eval in float32), or from the pinned copy, never share
+        # a batch with the rest.
+        by_weights: dict[tuple[str, bool], list[tuple[_Pending, int]]] = {}
         for p in batch:
-            by_dtype.setdefault(p.request.settings.dtype, []).extend(
-                (p, i) for i in range(p.request.n))
-        chunks = [rows[s:s + self.max_batch] for rows in by_dtype.values()
+            key = (p.request.settings.dtype, p.request.settings.pinned)
+            by_weights.setdefault(key, []).extend((p, i) for i in range(p.request.n))
+        chunks = [rows[s:s + self.max_batch] for rows in by_weights.values()
                   for s in range(0, len(rows), self.max_batch)]
-        version = self.version
         try:
             for chunk in chunks:
+                settings = chunk[0][0].request.settings
+                version = self.version if settings.pinned < 0 else settings.pinned
+                if settings.pinned >= 0 and settings.pinned not in self._pinned:
+                    raise RuntimeError(f"rows name version {settings.pinned}, which is not pinned "
+                                       f"(pinned: {self._pinned})")
                 began = anyio.current_time()
                 results = await anyio.to_thread.run_sync(
                     self.run_rows, [p.request.context for p, _ in chunk],
                     [p.request.settings for p, _ in chunk])
                 self._account(results, anyio.current_time() - began, version,
-                              chunk[0][0].request.settings.dtype)
+                              settings.dtype)
                 for (pending, _), r in zip(chunk, results):
                     pending.samples.append(Sample(r.token_ids, r.logprobs, r.text,
                                                   r.finish_reason, version))

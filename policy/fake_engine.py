@@ -21,12 +21,15 @@ from policy.sampling import sample_rows
 class FakeEngine(BatchingEngine):
     """An engine of uniform logits over a tiny vocabulary, for tests that need no model."""
 
+    pins = True
+
     def __init__(self, generator_cfg: Any, seed: int) -> None:
         super().__init__(char_chat_format(generator_cfg.fake_vocab), generator_cfg.max_batch,
                          generator_cfg.max_in_flight)
         self.vocab = generator_cfg.fake_vocab
         self.rng = torch.Generator().manual_seed(seed)
         self.weight_bytes = 0
+        self.pinned_bytes = 0
 
     def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                  cache: object) -> tuple[torch.Tensor, object]:
@@ -37,3 +40,6 @@ class FakeEngine(BatchingEngine):
 
     def apply_weights(self, blob: bytes | bytearray | None) -> None:
         self.weight_bytes = len(blob or b"")
+
+    def apply_pinned(self, version: int, blob: bytes | bytearray | None, dtype: str) -> None:
+        self.pinned_bytes = len(blob or b"")

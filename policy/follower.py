@@ -4,7 +4,8 @@ Consumes the `current` key of `whet-policy` (a `WeightVersion`) and the weights 
 names; produces weight swaps in an `Engine` (between batches) and the version the process
 reports (`bus.stats.policy_version`). A generator that starts late loads the current version
 before it serves. Intermediate versions are skipped when a newer one is already announced;
-a version pruned before it could be fetched is skipped the same way. It does not sample.
+a version pruned before it could be fetched is skipped the same way. `pin_round` fills an
+engine's pinned copy with the version a held-out round names. It does not sample.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class WeightFollower:
         self.engine = engine
         self.announced: WeightVersion | None = None
         self.running_object = ""
+        self.seen: dict[int, WeightVersion] = {}
+        "Every version announced while this process follows, for `pin_round`."
+        self._seen_changed = anyio.Event()
+        self._pin_lock = anyio.Lock()
         self._announced_changed = anyio.Event()
         self._loaded = anyio.Event()
 
@@ -42,6 +47,7 @@ class WeightFollower:
         first = await current_version(self.bus)
         if first is not None:
             self.announced = first
+            self._saw(first)
             await self._load(first)
         self.bus.stats.policy_version = self.engine.version
         task_status.started()
@@ -55,9 +61,36 @@ class WeightFollower:
             while self.engine.version < version:
                 await self._loaded.wait()
 
+    async def pin_round(self, version: int, dtype: str, timeout_s: float) -> None:
+        """Make the engine's pinned copy hold `version` (in `dtype`): the version-0 weights, or
+        that version's object once its announcement is seen (TimeoutError after `timeout_s`).
+        A version pruned before a round began raises ObjectMissing: the round's assignment
+        is retried, then dead-lettered with that reason."""
+        async with self._pin_lock:
+            if version in self.engine.pinned_versions:
+                return
+            began = time.monotonic()
+            blob = None
+            if version > 0:
+                with anyio.fail_after(timeout_s):
+                    while version not in self.seen:
+                        await self._seen_changed.wait()
+                blob = await fetch_weights(self.bus, self.seen[version])
+            await self.engine.pin(version, blob, dtype)
+            log.info("generator.round_weights_pinned", policy_version=version, dtype=dtype,
+                     seconds=round(time.monotonic() - began, 3), bytes=len(blob or b""))
+
+    def _saw(self, record: WeightVersion) -> None:
+        self.seen[record.version] = record
+        for old in sorted(self.seen)[:-64]:  # a round names a recent version
+            del self.seen[old]
+        self._seen_changed.set()
+        self._seen_changed = anyio.Event()
+
     async def _watch(self) -> None:
         async for record in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                               WeightVersion):
+            self._saw(record)
             if self.announced is None or record.version > self.announced.version:
                 self.announced = record
                 self._announced_changed.set()

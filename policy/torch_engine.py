@@ -26,6 +26,8 @@ log = structlog.get_logger("policy.torch_engine")
 class TorchEngine(BatchingEngine):
     """The `torch` engine: transformers on CPU or GPU, batched by `BatchingEngine`."""
 
+    pins = True
+
     def __init__(self, generator_cfg: Any, model_cfg: Any, seed: int) -> None:
         tokenizer = model_source.load_tokenizer(model_cfg)
         super().__init__(hf_chat_format(tokenizer), generator_cfg.max_batch,
@@ -40,6 +42,8 @@ class TorchEngine(BatchingEngine):
         "The weights in each dtype asked for (a row's `dtype`, e.g. float32 for eval)."
         self.state: dict | None = None
         "The weights installed last (None: version 0), for a dtype loaded later."
+        self.pinned_models: dict[int, Any] = {}
+        "Pinned copies by version (`Engine.pin`): models of their own, untouched by `apply_weights`."
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.rng = torch.Generator(device=self.device).manual_seed(seed)
         # transformers renamed `past_key_values` to `cache` (5.x); take whichever it reads.
@@ -60,7 +64,8 @@ class TorchEngine(BatchingEngine):
         return self.models[dtype]
 
     def run_rows(self, contexts: list[list[int]], settings: list[RowSettings]) -> list[Any]:
-        model = self._model(settings[0].dtype)
+        pinned = settings[0].pinned
+        model = self.pinned_models[pinned] if pinned >= 0 else self._model(settings[0].dtype)
 
         def forward(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                     cache: object) -> tuple[torch.Tensor, object]:
@@ -84,3 +89,13 @@ class TorchEngine(BatchingEngine):
                 state = model_source.load_model(self.model_cfg, dtype, self.device).state_dict()
             with torch.inference_mode():
                 install_state(model, state)
+
+    def apply_pinned(self, version: int, blob: bytes | bytearray | None, dtype: str) -> None:
+        model = model_source.load_model(self.model_cfg, dtype or self.dtype, self.device)
+        if blob is not None:
+            with torch.inference_mode():
+                install_state(model, decode_state(blob))
+        self.pinned_models[version] = model
+
+    def drop_pinned(self, version: int) -> None:
+        self.pinned_models.pop(version, None)

@@ -133,7 +133,7 @@ class LoggingConfig(Section):
 DEFAULT_QUEUES: dict[str, list[str]] = {
     kind: [f"{c.stream}/{c.durable}" for c in specs] for kind, specs in {
         "executor": [subjects.CONSUMER_EXEC],
-        "generator": [subjects.CONSUMER_TASKS, subjects.CONSUMER_TURNS],
+        "generator": [subjects.CONSUMER_TASKS, subjects.CONSUMER_ROUNDS, subjects.CONSUMER_TURNS],
         "judge": [subjects.CONSUMER_ATTEMPTS, subjects.CONSUMER_EXEC_DONE],
     }.items()}
 "Consumers ('STREAM/durable') whose backlog drives each kind, unless configured."

@@ -202,7 +202,7 @@ async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin)
                                             EvaluatorState):  # the hold for a round
             assert state.last_reported == 2
             break
-        await monitor.stream_states(auth.WORK_STREAMS + [subjects.STREAM_TRIALS])
+        await monitor.stream_states(subjects.WORK_STREAMS + [subjects.STREAM_TRIALS])
         await monitor.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
         await monitor.kv_put(subjects.BUCKET_RUN, subjects.KEY_METRICS, MetricsSnapshot(at=1.0))
         trial = SAMPLE["Trial"]

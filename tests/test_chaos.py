@@ -50,8 +50,8 @@ PROGRESS = 2 * GROUP
 "Verdicts stored between two kills, so that work keeps flowing."
 CHECKPOINT_EVERY = 2
 "Every other step is trained but not yet saved: where the learner is killed."
-WORK_STREAMS = (subjects.STREAM_TASKS, subjects.STREAM_ATTEMPTS, subjects.STREAM_EXEC,
-                subjects.STREAM_EXEC_DONE, subjects.STREAM_TURNS)
+WORK_STREAMS = (subjects.STREAM_TASKS, subjects.STREAM_ROUNDS, subjects.STREAM_ATTEMPTS,
+                subjects.STREAM_EXEC, subjects.STREAM_EXEC_DONE, subjects.STREAM_TURNS)
 
 CONFIG = f"""
 [actors.count]

@@ -103,7 +103,7 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(sink.forward, ebus)
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
             await tg.start(evaluator_actor.run, ebus, CONFIG)
             with anyio.fail_after(30):
                 while len(got) < 10:
@@ -179,7 +179,7 @@ async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_a
     ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
             await tg.start(evaluator_actor.run, ebus, cfg)
             with anyio.fail_after(30):
                 while len(got) < 10:
@@ -206,3 +206,36 @@ async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_a
     assert (result.overall.tasks, result.overall.attempts) == (10, 20)
     assert result.overall.rate == pytest.approx(0.15)
     assert sorted((o.passed, o.judged) for o in result.tasks.values())[-2:] == [(1, 2), (2, 2)]
+
+
+async def test_without_the_initial_round_the_first_round_is_the_first_version_due(bus, nats_server):
+    """`initial_round = false`: nothing is published for version 0, even when version 0 is
+    announced; version 1's round comes when it is announced, and it is its own baseline."""
+    got: list[TaskAssignment] = []
+
+    async def generator(a: TaskAssignment, delivery) -> None:
+        got.append(a)
+
+    cfg = msgspec.structs.replace(CONFIG, evaluator=msgspec.structs.replace(
+        CONFIG.evaluator, initial_round=False))
+    ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
+            await tg.start(evaluator_actor.run, ebus, cfg)
+            await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                             WeightVersion(version=0, object_name="", created_at=time.time()))
+            await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                             WeightVersion(version=1, object_name="", created_at=time.time()))
+            with anyio.fail_after(30):
+                while len(got) < 10:
+                    await anyio.sleep(0.05)
+            await _answer(bus, got, 1)
+            round1 = await _round(bus, 1)
+            ebus.stopping.set()
+            bus.stopping.set()
+            tg.cancel_scope.cancel()
+    finally:
+        await ebus.close()
+    assert {a.admitted_version for a in got} == {1} and len(got) == 10
+    assert (round1.round, round1.baseline_version) == (1, 1) and round1.overall.rate == 0.4

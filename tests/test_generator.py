@@ -232,3 +232,62 @@ async def test_eval_rows_in_float32_run_apart_from_bf16_training_rows():
     expected = [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
     assert evaluated[0].logprobs == pytest.approx(expected, abs=1e-4)
     assert evaluated[0].token_ids == evaluated[1].token_ids and len(train) == 2
+
+
+async def test_a_round_samples_its_own_version_while_the_live_weights_move_on(bus):
+    """Round work names its version: after versions 1 and 2 are announced, a round of version
+    1 (on whet.v1.rounds) is sampled from a copy pinned at version 1, the weights of version
+    1's object, and a round of version 0 from the initial weights, while training work runs
+    on version 2."""
+    async with anyio.create_task_group() as tg:
+        await tg.start(generator.run, bus, fake_config())
+        await publish_weights(bus, 1, b"1" * 5000, step=1, samples=8)
+        await publish_weights(bus, 2, b"2" * 7000, step=2, samples=16)
+        await bus.publish(subjects.TASKS, assignment("t1", 2, version=2), msg_id="t1")
+        trained = await attempts_on_bus(bus, 2)
+        await bus.publish(subjects.ROUNDS, assignment("r1", 2, version=1, purpose="eval"),
+                          msg_id="r1")
+        await bus.publish(subjects.ROUNDS, assignment("r0", 1, version=0, purpose="eval"),
+                          msg_id="r0")
+        got = {a.attempt_id: a for a in await attempts_on_bus(bus, 5)}
+        bus.stopping.set()
+    assert {a.policy_version for a in trained} == {2}
+    assert [got[f"r1.{i}"].policy_version for i in range(2)] == [1, 1]
+    assert got["r0.0"].policy_version == 0
+    assert all(got[k].turns[0].policy_version == got[k].policy_version for k in got)
+
+
+async def test_pinned_rows_sample_the_pinned_weights_not_the_live_ones():
+    """The torch engine's copy pinned at version 0 keeps the initial weights after others are
+    installed: its greedy logprobs equal a float32 pass of the initial model, the live rows'
+    a pass of the new weights, and each sample carries its own version."""
+    from policy.engine import RowSettings, SampleRequest
+    from policy.model import load_model
+    from policy.torch_engine import TorchEngine
+    from policy.weights import encode_parts
+
+    engine = TorchEngine(GeneratorConfig(engine="torch", dtype="float32"), ModelConfig(name="tiny"), 0)
+    initial = load_model(ModelConfig(name="tiny"), "float32")
+    trained = load_model(ModelConfig(name="tiny"), "float32")
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+            p.copy_(p.to(torch.bfloat16).float())  # weights travel in bf16
+    prompt = engine.chat.prompt_ids("Write f.")
+    async with anyio.create_task_group() as tg:
+        await tg.start(engine.serve)
+        await engine.pin(0, None, "float32")
+        await engine.load_weights(3, b"".join(bytes(p) for p in encode_parts(trained.state_dict())))
+        [old] = await engine.generate(SampleRequest(prompt, 1, RowSettings(0.0, 1.0, 6, pinned=0)))
+        [new] = await engine.generate(SampleRequest(prompt, 1, RowSettings(0.0, 1.0, 6)))
+        tg.cancel_scope.cancel()
+
+    def teacher_forced(model, ids):
+        with torch.no_grad():
+            logp = torch.log_softmax(model(torch.tensor([prompt + ids])).logits[0].float(), -1)
+        return [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(ids)]
+
+    assert (old.policy_version, new.policy_version) == (0, 3)
+    assert old.logprobs == pytest.approx(teacher_forced(initial, old.token_ids), abs=1e-4)
+    assert new.logprobs == pytest.approx(teacher_forced(trained, new.token_ids), abs=1e-4)
+    assert engine.pinned_versions == {0}

@@ -163,7 +163,8 @@ async def test_learner_holds_past_an_evaluated_version_until_its_round_is_report
 
     cfg = msgspec.structs.replace(
         tiny_run_config(tmp_path, mode="async", batch_size=4, group_size=2),
-        actors=ActorsConfig(count={"evaluator": 1}), evaluator=EvaluatorConfig(every_versions=1))
+        actors=ActorsConfig(count={"evaluator": 1}),
+        evaluator=EvaluatorConfig(every_versions=1, hold_learner=True))
     learn_bus = await second_bus(nats_server, "learner")
     with structlog.testing.capture_logs() as logs:
         try:

@@ -129,14 +129,13 @@ def actor_base(role: str, kinds: list[str]) -> Grant:
     return grant
 
 
-WORK_STREAMS = [s.STREAM_TASKS, s.STREAM_TURNS, s.STREAM_ATTEMPTS, s.STREAM_EXEC,
-                s.STREAM_EXEC_DONE, s.STREAM_VERDICTS, s.STREAM_DLQ]
 VERDICTS_ALL = f"{s.VERDICTS}.>"
 
 ROLE_GRANTS: dict[str, Grant] = {
     "sampler": (publishes(s.TASKS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
-                | kv_writes(s.BUCKET_RUN, "sampler.>") | observes(WORK_STREAMS)),
-    "generator": (consumes(s.STREAM_TASKS) | consumes(s.STREAM_TURNS) | publishes(s.ATTEMPTS)
+                | kv_writes(s.BUCKET_RUN, "sampler.>") | observes(s.WORK_STREAMS)),
+    "generator": (consumes(s.STREAM_TASKS) | consumes(s.STREAM_ROUNDS) | consumes(s.STREAM_TURNS)
+                  | publishes(s.ATTEMPTS)
                   | kv_reads(s.BUCKET_POLICY) | weights_read()),
     "executor": (consumes(s.STREAM_EXEC) | publishes(s.EXEC_DONE, f"{s.inbox_prefix('judge')}.>")
                  | Grant(subscribe=frozenset({s.SESSIONS_ALL}))),
@@ -146,12 +145,12 @@ ROLE_GRANTS: dict[str, Grant] = {
               | publishes(f"{_API}.STREAM.PURGE.{s.STREAM_VERDICTS}")),
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)
                 | weights_write() | kv_writes(s.BUCKET_RUN, "learner.>")),
-    "evaluator": (publishes(s.TASKS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
+    "evaluator": (publishes(s.ROUNDS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
                   | kv_writes(s.BUCKET_RUN, "evaluator.>") | weights_read()),
     "monitor": (consumes(s.STREAM_VERDICTS) | publishes(f"{s.TRIALS}.>") | reads(s.STREAM_EVENTS)
                 | kv_reads(s.BUCKET_ACTORS) | kv_reads(s.BUCKET_POLICY)
                 | kv_writes(s.BUCKET_RUN, s.KEY_METRICS)
-                | observes(WORK_STREAMS + [s.STREAM_TRIALS, s.STREAM_EVENTS])),
+                | observes(s.WORK_STREAMS + [s.STREAM_TRIALS, s.STREAM_EVENTS])),
 }
 "What each actor role may do beyond `actor_base`."
 

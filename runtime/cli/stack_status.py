@@ -20,11 +20,6 @@ from bus import subjects
 from bus.messages import ActorFailure, EvalRound, EvaluatorState, Heartbeat, MetricsSnapshot, WeightVersion
 from bus.nats_bus import Bus
 
-WORK_STREAMS = [subjects.STREAM_TASKS, subjects.STREAM_TURNS, subjects.STREAM_ATTEMPTS,
-                subjects.STREAM_EXEC,
-                subjects.STREAM_EXEC_DONE, subjects.STREAM_VERDICTS, subjects.STREAM_DLQ]
-
-
 @dataclass
 class ActorRow:
     """One actor process as `whet status` shows it."""
@@ -112,7 +107,7 @@ async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
         rows = [r for r in rows if r.state != "stopped"]
     streams = []
     dead_letters = 0
-    for st in await bus.stream_states(WORK_STREAMS):
+    for st in await bus.stream_states(subjects.WORK_STREAMS):
         if st.name == subjects.STREAM_DLQ:
             dead_letters = st.messages
         if not st.consumers:
