@@ -25,7 +25,8 @@ class WhetError(Exception):
         │   └── ObjectCorrupt        a stored object's checksum does not match
         ├── RunError             a run directory or stack is missing or in the wrong state
         │   └── ActorFailed          a kind crashed again and again before it was ready
-        └── InputError           a user-supplied file (tasks, attempts) has a bad record"""
+        ├── InputError           a user-supplied file (tasks, attempts) has a bad record
+        └── EndpointError        a model endpoint cannot be reached or gave no usable answer"""
 
 
 class ConfigError(WhetError):
@@ -103,3 +104,8 @@ class InputError(WhetError):
         self.problem = problem
         where = f"{source}:{line}" + (f": {field}" if field else "")
         super().__init__(f"{where}: {problem}")
+
+
+class EndpointError(WhetError):
+    """An OpenAI-compatible model endpoint (`whet eval --endpoint`) could not be reached or
+    gave no usable answer; the message names the URL, the cause and what to check."""

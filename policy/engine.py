@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import anyio
 import anyio.abc
@@ -48,6 +48,12 @@ class RowSettings:
         most = cfg.max_new_tokens if room is None else max(1, min(cfg.max_new_tokens, room))
         return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop), cfg.include_stop,
                    cfg.dtype, pinned)
+
+
+def cut_at_stop(text: str, stops: Sequence[str], include: bool = False) -> str:
+    """`text` up to the first stop string in it (through it when `include`), else all of it."""
+    cuts = [text.index(s) + (len(s) if include else 0) for s in stops if s and s in text]
+    return text[:min(cuts)] if cuts else text
 
 
 @dataclass(frozen=True)

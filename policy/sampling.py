@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import torch
 
 from policy.chat import ChatFormat
-from policy.engine import RowSettings
+from policy.engine import RowSettings, cut_at_stop
 
 Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], tuple[torch.Tensor, object]]
 "(input_ids [B,T], attention_mask [B,T+past], position_ids [B,T], cache) -> (logits [B,V], cache)"
@@ -74,11 +74,6 @@ def _stopped_by(text_tail: str, stops: Sequence[str]) -> bool:
     return any(s and s in text_tail for s in stops)
 
 
-def _cut_at_stop(text: str, stops: Sequence[str], include: bool = False) -> str:
-    cuts = [text.index(s) + (len(s) if include else 0) for s in stops if s and s in text]
-    return text[:min(cuts)] if cuts else text
-
-
 def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowSettings],
                 chat: ChatFormat, pad_id: int, generator: torch.Generator | None = None,
                 device: str = "cpu") -> list[RowResult]:
@@ -112,8 +107,8 @@ def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowS
         last_pos = last_pos + 1
         logits, cache = forward(feed[:, None], mask, last_pos, cache)
     for result, setting in zip(results, settings):
-        result.text = _cut_at_stop(chat.decode(result.token_ids), setting.stop,
-                                   setting.include_stop)
+        result.text = cut_at_stop(chat.decode(result.token_ids), setting.stop,
+                                  setting.include_stop)
     return results
 
 

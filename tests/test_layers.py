@@ -90,14 +90,18 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "runtime": PACKAGES_BELOW,
     "actors": ("bus", "sandbox", "judging", "policy", "envs", "monitoring", "runtime.config"),
     "runtime.stack": PACKAGES_BELOW + ("policy", "actors", "runtime"),
-    "runtime.cli": PACKAGES_BELOW + ("policy", "actors", "runtime", "runtime.stack"),
+    "runtime.evaluate": PACKAGES_BELOW + ("actors", "runtime"),
+    "runtime.cli": PACKAGES_BELOW + ("policy", "actors", "runtime", "runtime.stack",
+                                     "runtime.evaluate"),
 }
 """Layer -> the other layers (or single modules) it may import, lowest first: bus at the
 bottom; sandbox, judging, policy and the broker on bus alone; deploy on sandbox (the images
 it builds); envs on sandbox and judging; monitoring on envs; the runtime base composes the
-packages' config sections; actors take only `runtime.config` from runtime; the stack and the
-CLI at the top (the CLI may import the stack, never the other way). A module's layer is the
-longest entry of `ALLOWED` its dotted name starts with; it may always import its own layer."""
+packages' config sections; actors take only `runtime.config` from runtime; the stack, the
+held-out round outside a stack (`runtime.evaluate`, which samples as a generator does) and the
+CLI at the top (the CLI may import the stack and the round, never the other way). A module's
+layer is the longest entry of `ALLOWED` its dotted name starts with; it may always import its
+own layer."""
 
 EXCEPTIONS: dict[tuple[str, str], str] = {
     ("judging.drive", "sandbox.runner"):

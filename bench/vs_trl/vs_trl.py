@@ -12,7 +12,7 @@ rate, sampling, token limits, and a CPU budget.
    metrics/eval.csv, or the two CSVs, and checkpoints/ when the run kept them).
 3. The initial weights (both sides' start), TRL's final policy and whetstone's final
    checkpoint are evaluated one after another on the evaluator's held-out tasks
-   (`envs.intake.gated_heldout`) with the evaluator's path (`bench/learning/heldout_eval.py`).
+   (`envs.intake.gated_heldout`) with the evaluator's path (`runtime.evaluate`).
 
 It writes both curves (CPU seconds, samples, training reward), the held-out pass rate and
 mean reward at the start and end (and whetstone's at every version its evaluator
@@ -140,7 +140,7 @@ async def heldout_rounds(cfg, models: dict) -> dict:
     the same path: its evaluation point, each task's (reward, outcome) and the CPU it took."""
     import msgspec
 
-    from bench.learning.heldout_eval import evaluate
+    from runtime.evaluate import evaluate
     from envs.intake import KvGateCache, gated_heldout
 
     chosen = await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=cfg.evaluator.tasks_per_domain,
