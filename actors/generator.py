@@ -16,6 +16,7 @@ does not choose what to sample (the sampler does).
 
 from __future__ import annotations
 
+import os
 import time
 from functools import partial
 
@@ -84,6 +85,7 @@ class Generator:
                                           self.gen.weights_wait_s)
         else:
             await self.follower.wait_for(work.admitted_version, self.gen.weights_wait_s)
+        self._cores_when_trained()
         prompt = self.engine.chat.prompt_ids(work.task.prompt)
         samples = await self.engine.generate(
             SampleRequest(prompt, work.group_size,
@@ -125,6 +127,15 @@ class Generator:
         self._report()
         log.info("generator.turn_completed", attempt_id=attempt.attempt_id, turn=len(turns) - 1,
                  policy_version=sample.policy_version, tokens=len(sample.token_ids))
+
+    def _cores_when_trained(self) -> None:
+        """Once the learner has published its last step (`training.max_steps`), nothing else
+        needs the cores: the final round's batches use all this process may run on."""
+        last, most = self.follower.announced, self.config.training.max_steps
+        if most and last is not None and last.step >= most and not self.engine.threads:
+            self.engine.threads = len(os.sched_getaffinity(0))
+            log.info("generator.threads_raised", threads=self.engine.threads,
+                     reason=f"the learner published step {last.step} of {most}")
 
     def _report(self) -> None:
         self.bus.stats.policy_version = self.engine.version

@@ -84,6 +84,8 @@ class Engine(abc.ABC):
     "Policy version of the weights running now."
     pins = False
     "Whether `pin` is supported: rows can sample a fixed version while the live one moves on."
+    threads: int = 0
+    "CPU threads a batch may use (0: as the process started); raised once training is over."
     KEEP_PINNED = 2
     "Pinned copies kept (the newest versions): a round that overlaps the next keeps its own."
 

@@ -66,6 +66,8 @@ class TorchEngine(BatchingEngine):
     def run_rows(self, contexts: list[list[int]], settings: list[RowSettings]) -> list[Any]:
         pinned = settings[0].pinned
         model = self.pinned_models[pinned] if pinned >= 0 else self._model(settings[0].dtype)
+        if self.threads and torch.get_num_threads() != self.threads:  # per worker thread
+            torch.set_num_threads(self.threads)
 
         def forward(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                     cache: object) -> tuple[torch.Tensor, object]:

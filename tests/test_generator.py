@@ -291,3 +291,30 @@ async def test_pinned_rows_sample_the_pinned_weights_not_the_live_ones():
     assert old.logprobs == pytest.approx(teacher_forced(initial, old.token_ids), abs=1e-4)
     assert new.logprobs == pytest.approx(teacher_forced(trained, new.token_ids), abs=1e-4)
     assert engine.pinned_versions == {0}
+
+
+async def test_the_final_round_gets_every_core_once_the_learner_is_done(bus):
+    """Once the announced version carries the last step (`training.max_steps`), the next
+    assignment raises the engine's threads to every core the process may use; before, not."""
+    import os
+
+    import msgspec
+    import structlog
+
+    cfg = fake_config()
+    cfg = msgspec.structs.replace(cfg, training=msgspec.structs.replace(cfg.training, max_steps=2))
+    with structlog.testing.capture_logs() as logs:
+        async with anyio.create_task_group() as tg:
+            await tg.start(generator.run, bus, cfg)
+            await publish_weights(bus, 1, b"1" * 100, step=1, samples=8)
+            await bus.publish(subjects.TASKS, assignment("t1", 1, version=1), msg_id="t1")
+            await attempts_on_bus(bus, 1)
+            raised_early = [e for e in logs if e["event"] == "generator.threads_raised"]
+            await publish_weights(bus, 2, b"2" * 100, step=2, samples=16)
+            await bus.publish(subjects.ROUNDS, assignment("r2", 1, version=2, purpose="eval"),
+                              msg_id="r2")
+            await attempts_on_bus(bus, 2)
+            bus.stopping.set()
+    assert raised_early == []
+    [raised] = [e for e in logs if e["event"] == "generator.threads_raised"]
+    assert raised["threads"] == len(os.sched_getaffinity(0))
