@@ -191,7 +191,8 @@ class Learner:
         batch = assemble(groups, self.version, t.staleness, self.lc.scale_rewards,
                          self.config.model.max_context, keep_no_signal=self.lc.kl_coef > 0,
                          credit=self.lc.credit, step_weight=self.lc.step_weight)
-        metrics = await self.ranks.call("train", batch.samples) if batch.samples else {}
+        metrics = (await self.ranks.call("train", batch.samples, batch.batch_tokens)
+                   if batch.samples else {})
         trained_at = time.time()
         self.unpublished += bool(batch.samples)
         self.step += 1

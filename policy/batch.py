@@ -58,6 +58,9 @@ class Assembled:
     hacks: int = 0
     "Members flagged as hacks (they carry the hack reward, the lowest there is)."
     staleness: list[int] = field(default_factory=list)
+    batch_tokens: int = 0
+    ("Completion tokens of the trained and the zero-signal samples: what TRL's \"dapo\" "
+     "divides by (`learner.loss_divisor = \"batch_tokens\"`).")
     left_out: dict[str, list[str]] = field(default_factory=dict)
     """Verdict ids consumed without training, by reason: 'dropped' (the judge dropped it, or
     it has no reward), 'stale' (older than the bound) or 'no_signal' (zero advantage)."""
@@ -170,11 +173,9 @@ def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: b
                 spans = [(s.start, s.end) for s in verdict.attempt.steps]
                 per_token = token_advantages(min(_length(verdict.attempt), max_len), adv, spans,
                                              step_adv, step_weight)
-            if adv == 0.0 and per_token is None and not keep_no_signal:
-                out.leave_out(verdict.verdict_id, "no_signal")
-                continue
             ids, sampled, behav = trajectory(verdict.attempt, max_len)
-            if not sampled.any():
+            out.batch_tokens += int(sampled.sum())
+            if not sampled.any() or (adv == 0.0 and per_token is None and not keep_no_signal):
                 out.leave_out(verdict.verdict_id, "no_signal")
                 continue
             out.staleness.append(lag)

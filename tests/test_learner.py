@@ -347,3 +347,38 @@ async def test_icepop_masks_tokens_the_behaviour_policy_found_far_likelier(tmp_p
         finally:
             await ranks.close()
     assert masked == {"icepop": 0.5, "truncated": 0.0}
+
+
+@pytest.mark.bus
+async def test_loss_divisor_scales_the_gradient_of_a_step(tmp_path):
+    """The same batch at (nearly) the same weights: against the token mean over its 64
+    trained tokens, batch_tokens of 256 (zero-signal tokens counted) gives a quarter of the
+    gradient norm and constant 8 x 16 (batch_size x max_new_tokens) a half."""
+    import numpy as np
+
+    from policy.batch import TrainSample
+    from policy.ranks import RankGroup
+
+    rng = np.random.default_rng(0)
+    samples = [TrainSample(f"v{i}", "g", 0, float(i % 2) * 2 - 1,
+                           rng.integers(3, 49152, 24).astype(np.int64),
+                           np.r_[np.zeros(8, bool), np.ones(16, bool)],
+                           np.r_[np.zeros(8, np.float32), np.full(16, -10.8, np.float32)])
+               for i in range(4)]
+    cfg = tiny_run_config(tmp_path)
+    cfg = msgspec.structs.replace(
+        cfg, generator=msgspec.structs.replace(cfg.generator, sampling=SamplingConfig(
+            max_new_tokens=16)),
+        learner=msgspec.structs.replace(cfg.learner, lr=1e-12, precision="fp32"))
+    ranks = RankGroup(cfg.trainer, tmp_path / "ckpt")
+    await ranks.start()
+    norms = {}
+    try:
+        for divisor in ("tokens", "batch_tokens", "constant"):
+            ranks.trainer.lc = msgspec.structs.replace(cfg.learner, loss_divisor=divisor)
+            norms[divisor] = (await ranks.call("train", samples, 256))["grad_norm"]
+    finally:
+        await ranks.close()
+    assert norms["tokens"] > 0
+    assert norms["batch_tokens"] == pytest.approx(norms["tokens"] / 4, rel=1e-3)
+    assert norms["constant"] == pytest.approx(norms["tokens"] / 2, rel=1e-3)
