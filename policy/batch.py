@@ -2,10 +2,12 @@
 
 Consumes groups of verdicts (`policy.groups.Group`), the learner's policy version and the
 staleness bound; produces `TrainSample`s (token ids, which tokens the model sampled, their
-behaviour logprobs, the advantage) and per-batch counts: dropped, stale, without signal.
-Multi-turn attempts train on every model turn's completion; prompts and feedback are
-context only. With per-step credit (`credit="step"`), a tool episode's tokens get their own
-advantages (`policy.credit`: the trajectory's plus their step's, from `Attempt.steps`). Also shards samples across ranks and micro-batches, and collates them.
+behaviour logprobs, the advantage), per-batch counts (dropped, stale, without signal) and
+the members of a group a refill batch counts (`signal_members`). Multi-turn attempts train
+on every model turn's completion; prompts and feedback are context only. With per-step
+credit (`credit="step"`), a tool episode's tokens get their own advantages (`policy.credit`:
+the trajectory's plus their step's). Also shards samples across ranks and micro-batches,
+and collates them.
 
 It does not run the model.
 """
@@ -135,6 +137,14 @@ def trajectory_problem(attempt: Attempt, vocab_size: int) -> str | None:
 def _usable(verdict: Verdict) -> bool:
     return (verdict.trainable and verdict.outcome != "dropped" and verdict.reward is not None
             and verdict.attempt.purpose == "train")
+
+
+def signal_members(group: Group) -> int:
+    """Members of `group` with a reward, if their rewards differ (the group has a signal),
+    else 0: what a refill batch counts towards its size (`training.zero_signal`)."""
+    rewards = [v.reward if _usable(v) else None for v, _ in group.members.values()]
+    advantages = group_advantages(rewards)
+    return sum(a is not None for a in advantages) if any(advantages) else 0
 
 
 def _step_advantages(verdicts: list[Verdict], rewards: list[float | None],

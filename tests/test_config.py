@@ -35,6 +35,8 @@ def test_configs_folder_is_not_empty():
     ("[actors.target]\nmine = 'no_colon'\n", "actors.target.mine", "module:function"),
     ("[training]\nmode = 'sometimes'\n", "training.mode", "sync"),
     ("[learner]\nloss_divisor = 'dapo'\n", "learner.loss_divisor", "batch_tokens"),
+    ("[training]\nzero_signal = 'skip'\n", "training.zero_signal", "refill"),
+    ("[training]\nrefill_limit = 0\n", "training.refill_limit", ">= 1"),
     ("[bus]\nsync_interval = 'sometimes'\n", "bus.sync_interval", "'always' or a duration"),
     ("[bus]\nsync_interval = '2 minutes'\n", "bus.sync_interval", "'always' or a duration"),
     ("[bus]\nsync_interval = '0s'\n", "bus.sync_interval", "above 0"),

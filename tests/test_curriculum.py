@@ -8,7 +8,8 @@ import random
 import msgspec
 import pytest
 
-from envs.admission import admissible_attempts, admissible_groups, staleness_capacity
+from envs.admission import (SignalRefunds, admissible_attempts, admissible_groups, has_signal,
+                            staleness_capacity)
 from envs.config import SamplerConfig
 from envs.curriculum import Curriculum
 from envs.evaluation import EvalPoint, reward_without_heldout_gain
@@ -150,6 +151,28 @@ def test_admission_counts_whole_groups():
     """Groups are admitted whole: 6 attempts of room with groups of 4 admit one group."""
     assert admissible_groups(in_flight=90, produced=0, version=0, max_staleness=2, batch_size=32,
                              group_size=4) == 1
+
+
+def test_refill_refunds_a_finished_group_without_signal_once():
+    """Groups of 3: all equal refunds its rewarded members when the third verdict arrives
+    (a dropped one is not refunded, a repeated one is counted once); a mixed group none."""
+    refunds = SignalRefunds()
+    assert refunds.record("same", 3, "same.0", 1.0) == 0
+    assert refunds.record("same", 3, "same.0", 1.0) == 0
+    assert refunds.record("same", 3, "same.1", None) == 0
+    assert refunds.record("same", 3, "same.2", 1.0) == 2
+    assert [refunds.record("mixed", 3, f"mixed.{i}", r) for i, r in enumerate([1.0, 0.0, 1.0])] \
+        == [0, 0, 0]
+    assert refunds.open == {}
+
+
+def test_has_signal_agrees_with_the_learners_advantages():
+    """The sampler's test (no torch) says what policy.objective.group_advantages does."""
+    from policy.objective import group_advantages
+
+    for rewards in ([1.0, 1.0], [1.0, 0.0], [0.3, None, 0.3], [None, 1.0], [], [0.5, 0.5 + 1e-9],
+                    [-1.0, 0.1, 0.1], [None, None]):
+        assert has_signal(rewards) == any(group_advantages(rewards)), rewards
 
 
 def test_divergence_warning_needs_reward_up_and_heldout_flat():

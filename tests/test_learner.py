@@ -154,6 +154,34 @@ async def test_async_batch_without_signal_still_moves_the_version(bus, nats_serv
 
 
 @pytest.mark.bus
+@pytest.mark.parametrize("zero_signal, first_step", [
+    ("drop", {"groups": 2, "samples": 0, "no_signal": 4}),
+    ("refill", {"groups": 4, "samples": 4, "no_signal": 4})])
+async def test_refill_waits_for_groups_with_signal(bus, nats_server, tmp_path, zero_signal,
+                                                   first_step):
+    """Batch 4 of groups of 2: two groups without signal, then two with. Dropping trains the
+    first two as a batch of nothing; refill waits and trains all four in one step."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, batch_size=4, group_size=2, zero_signal=zero_signal)
+    learn_bus = await second_bus(nats_server, "learner")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            await bus.publish_many(subjects.verdict_subject("train"), [
+                (v.verdict_id, v) for v in synthetic_verdicts(2, 0, (1.0, 1.0), "same")
+                + synthetic_verdicts(2, 0, (1.0, 0.0), "mixed")])
+            with anyio.fail_after(60):
+                while (record := await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1),
+                                                  StepRecord)) is None:
+                    await anyio.sleep(0.05)
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert {k: getattr(record, k) for k in first_step} == first_step
+
+
+@pytest.mark.bus
 async def test_learner_holds_past_an_evaluated_version_until_its_round_is_reported(bus, nats_server, tmp_path):
     """With an evaluator in the stack evaluating every version, the learner trains its batch
     but publishes version 1 only once the evaluator's KV state says round 0 is reported, so
