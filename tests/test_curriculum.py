@@ -55,6 +55,19 @@ def test_band_favours_just_out_of_reach_tasks():
     assert 12 < in_band / solved < 30 and 12 < in_band / unsolved < 30  # 1/0.05 = 20
 
 
+def test_out_of_band_weight_one_samples_a_rung_uniformly():
+    """out_of_band_weight = 1: solved, unsolved, in-band and unmeasured tasks are chosen
+    equally often (the band is off), and the bands are still recorded for replay."""
+    c = _pool(msgspec.structs.replace(CFG, out_of_band_weight=1.0), per=40)
+    for i, passes in zip(range(30), [4] * 10 + [0] * 10 + [2] * 10):
+        _measure(c, f"python/0/{i}", passes)
+    counts = _counts(c, n=8000)
+    shares = [sum(counts[f"python/0/{i}"] for i in range(k, k + 10)) / 8000
+              for k in (0, 10, 20, 30)]
+    assert all(0.22 < share < 0.28 for share in shares), shares
+    assert c.band[0] == "solved" and c.band[10] == "unsolved"
+
+
 def test_band_bounds_come_from_config():
     """A pass rate of 0.25 is inside [0.2, 0.8] but outside [0.3, 0.7]."""
     for low, high, expected in ((0.2, 0.8, "in_band"), (0.3, 0.7, "unsolved")):
