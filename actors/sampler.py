@@ -45,7 +45,9 @@ class Sampler:
     With `sampler.repair_tasks`, a tool episode the model failed becomes a repair task in the
     same pool (`envs.repair`; never from a held-out task), counted in the `repair_tasks` gauge
     and logged as `sampler.repair_task_added`; repair tasks live in this process, so a restarted
-    sampler starts without them."""
+    sampler starts without them. With `training.zero_signal = "refill"`, each finished group
+    whose rewards are all equal gives its budget back (`sampler.group_refunded`), so one more
+    is admitted in its place; the open groups are saved with the counters."""
 
     def __init__(self, bus: Bus, config: RunConfig) -> None:
         self.bus, self.config = bus, config
@@ -197,7 +199,8 @@ class Sampler:
 
     def admissible(self) -> int:
         """Groups the bound admits now: in_flight + produced (less refill's refunds) <=
-        (learner step + staleness + 1) * batch_size, and none once the learner step reaches `training.max_steps`. The learner step
+        (learner step + staleness + 1) * batch_size, and none once the learner step reaches
+        `training.max_steps`. The learner step
         (`WeightVersion.step`, batches consumed) equals the version until a learner restart: a
         restarted learner rolls back to its checkpoint yet announces its weights under a newer
         number, so counting versions would let the learner's queue grow for good."""
