@@ -27,7 +27,7 @@ from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
-from envs.admission import AdmissionCounters, SignalRefunds, admissible_groups
+from envs.admission import AdmissionCounters, SignalRefunds, admissible_groups, refund_credit
 from envs.curriculum import Curriculum
 from envs.intake import KvGateCache, collect, gate_many, while_short
 from envs.repair import repair_task
@@ -198,8 +198,9 @@ class Sampler:
     # --- admission ---------------------------------------------------------------------
 
     def admissible(self) -> int:
-        """Groups the bound admits now: in_flight + produced (less refill's refunds) <=
-        (learner step + staleness + 1) * batch_size, and none once the learner step reaches
+        """Groups the bound admits now: in_flight + produced (less refill's refunds, as many
+        as refill batches can take: `envs.admission.refund_credit`) <= (learner step +
+        staleness + 1) * batch_size, and none once the learner step reaches
         `training.max_steps`. The learner step
         (`WeightVersion.step`, batches consumed) equals the version until a learner restart: a
         restarted learner rolls back to its checkpoint yet announces its weights under a newer
@@ -207,7 +208,11 @@ class Sampler:
         t = self.config.training
         if t.max_steps and self.learner_step >= t.max_steps:
             return 0  # the learner has made its last step: more samples would go untrained
-        return admissible_groups(in_flight=self.counters.in_flight, produced=self.counters.useful,
+        credit = refund_credit(self.counters.refunded, version=self.learner_step,
+                               max_staleness=t.staleness, batch_size=t.batch_size,
+                               most=t.batch_most)
+        return admissible_groups(in_flight=self.counters.in_flight,
+                                 produced=self.counters.produced - credit,
                                  version=self.learner_step, max_staleness=t.staleness,
                                  batch_size=t.batch_size, group_size=t.group_size)
 

@@ -11,7 +11,8 @@ attempts admitted but not yet judged. Attempts judged but not trainable (infrast
 drops) leave `in_flight` without joining `produced`, so they free their budget instead of
 stalling the learner. With refill (`training.zero_signal`), `SignalRefunds` takes the
 members of each finished group without a signal out of `produced` again, so the sampler
-admits a replacement for it. Eval work is outside this budget.
+admits a replacement for it, up to what refill batches can take (`refund_credit`). Eval
+work is outside this budget.
 """
 
 from __future__ import annotations
@@ -40,6 +41,16 @@ def admissible_groups(*, in_flight: int, produced: int, version: int, max_stalen
                                max_staleness=max_staleness, batch_size=batch_size) // group_size
 
 
+def refund_credit(refunded: int, *, version: int, max_staleness: int, batch_size: int,
+                  most: int) -> int:
+    """The refunded attempts that free budget: at most (v + s + 1) * (most - B), what refill
+    batches of at most `most` members can take beyond B each. Groups without a signal then
+    stay within the same bound, at `most` a step, and are never sampled further ahead than
+    the learner can consume them (uncapped, a policy that gives no signal anywhere would have
+    the sampler run ahead without end)."""
+    return min(refunded, staleness_capacity(version, max_staleness, max(most - batch_size, 0)))
+
+
 @dataclass
 class AdmissionCounters:
     """The sampler's running totals of training attempts (persisted across restarts)."""
@@ -58,11 +69,6 @@ class AdmissionCounters:
     @property
     def in_flight(self) -> int:
         return self.admitted - self.judged
-
-    @property
-    def useful(self) -> int:
-        """Produced attempts that count against the bound: those not refunded."""
-        return self.produced - self.refunded
 
 
 def has_signal(rewards: Sequence[float | None], eps: float = 1e-6) -> bool:

@@ -9,7 +9,7 @@ import msgspec
 import pytest
 
 from envs.admission import (SignalRefunds, admissible_attempts, admissible_groups, has_signal,
-                            staleness_capacity)
+                            refund_credit, staleness_capacity)
 from envs.config import SamplerConfig
 from envs.curriculum import Curriculum
 from envs.evaluation import EvalPoint, reward_without_heldout_gain
@@ -177,6 +177,14 @@ def test_refill_refunds_a_finished_group_without_signal_once():
     assert [refunds.record("mixed", 3, f"mixed.{i}", r) for i, r in enumerate([1.0, 0.0, 1.0])] \
         == [0, 0, 0]
     assert refunds.open == {}
+
+
+def test_refunds_free_no_more_budget_than_refill_batches_can_take():
+    """Batch 8, at most 32 a batch, staleness 1: refunds free up to (0 + 1 + 1) * 24 = 48
+    attempts at step 0 and 72 at step 1; fewer refunds free themselves."""
+    assert refund_credit(100, version=0, max_staleness=1, batch_size=8, most=32) == 48
+    assert refund_credit(100, version=1, max_staleness=1, batch_size=8, most=32) == 72
+    assert refund_credit(20, version=0, max_staleness=1, batch_size=8, most=32) == 20
 
 
 def test_has_signal_agrees_with_the_learners_advantages():

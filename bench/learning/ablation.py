@@ -110,6 +110,19 @@ def outcomes(run_dir: Path, steps: int) -> dict[str, dict[str, dict]]:
             for v in (0, steps) if v in rounds}
 
 
+def left_out(run_dir: Path) -> dict[str, int]:
+    """Verdicts the steps consumed without training, by reason, from the learner's events
+    (a step redone after a restart counted once)."""
+    steps: dict[int, dict] = {}
+    for log in sorted((run_dir / "logs").glob("learner-*.jsonl")):
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "learner.step_completed":
+                steps[event["fields"]["step"]] = event["fields"]
+    return {reason: sum(int(f.get(reason) or 0) for f in steps.values())
+            for reason in ("no_signal", "stale_rejected", "dropped")}
+
+
 def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path,
                 keep: bool = False) -> dict:
     """Run one variant to its last round and write its result JSON; returns it. The run's
@@ -129,14 +142,10 @@ def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path
         raise SystemExit(f"ablation: whet up exited with {proc.returncode} and made no run "
                          f"directory of its own under {latest.parent}")
     train = read_csv(run_dir / "metrics" / "train.csv")
-    left_out: dict[str, int] = {}
-    for row in train:
-        for reason in ("stale_rejected", "dropped", "no_signal"):
-            left_out[reason] = left_out.get(reason, 0) + int(float(row.get(reason) or 0))
     result = {"variant": name, "seed": seed, "overrides": overrides, "config": _shown(config),
               "run_dir": _shown(run_dir), "exit_code": proc.returncode,
               "steps": len(train), "samples_trained": int(train[-1]["samples_total"]) if train else 0,
-              "left_out": left_out, "wall_s": round(time.monotonic() - began, 1),
+              "left_out": left_out(run_dir), "wall_s": round(time.monotonic() - began, 1),
               "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
               "rounds": {v: h["pass_rates"] for v, h in
                          ((str(v), h) for v, h in heldout_by_version(run_dir).items())},
@@ -164,7 +173,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"{name:18} {json.dumps(over)}")
         return 0
     if args.table:
-        print(table(out_dir, STEPS))
+        print(table(out_dir, args.steps))
         return 0
     if args.variant not in VARIANTS:
         print(f"ablation: unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)} "
