@@ -30,7 +30,7 @@ from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import EvaluatorState, StepRecord, Verdict
 from bus.nats_bus import Bus
-from policy.batch import Assembled, assemble, trajectory_problem
+from policy.batch import Assembled, assemble, signal_members, trajectory_problem
 from policy.checkpoint import LearnerState
 from policy.export import export
 from policy.groups import Group, GroupBuffer
@@ -62,7 +62,8 @@ class Learner:
     Groups (attempts sharing a `group_id`) are trained whole with group-relative advantages
     (per token with `learner.credit = "step"`: `policy.credit`); dropped verdicts are never
     trained and count as missing members; samples older than `training.staleness` versions are
-    rejected and counted; `left_out` names them by reason ('dropped', 'stale', 'no_signal'). A
+    rejected and counted; `left_out` names them by reason ('dropped', 'stale', 'no_signal');
+    groups without signal are trained or refilled by `training.zero_signal`. A
     member arriving after its group was trained without it is acked untrained
     (`learner.late_member_dropped`). With `training.max_steps` set it trains no step past it
     (verdicts arriving after stay unacked). When a rank met through the bus is replaced, it
@@ -83,7 +84,11 @@ class Learner:
         "Object holding the weights of `version` ('' for the initial weights)."
         self.unpublished = 0
         self.unsaved: list[Delivery] = []
-        self.buffer = GroupBuffer(config.training.batch_size, self.lc.group_timeout_s)
+        t = config.training
+        refill = t.zero_signal == "refill"
+        self.buffer = GroupBuffer(t.batch_size, self.lc.group_timeout_s,
+                                  counted=signal_members if refill else None,
+                                  most=t.batch_most if refill else 0)
         self.duplicates = 0
         self.consumed_by_steps = resumed.consumed_by_steps or 0
         "Verdicts the steps consumed (trained or left out), through `step`."
@@ -95,9 +100,11 @@ class Learner:
 
     @property
     def held_limit(self) -> int:
-        """Verdicts held unacked at most: a batch per unsaved step, one being filled, slack."""
-        batch = self.config.training.batch_size
-        return batch * (self.lc.checkpoint_every + 2) + 4 * self.config.training.group_size
+        """Verdicts held unacked at most: a batch per unsaved step, one being filled, slack
+        (a refill batch may take `training.batch_most` members and a group more)."""
+        t = self.config.training
+        batch = t.batch_size if t.zero_signal != "refill" else t.batch_most + t.group_size
+        return batch * (self.lc.checkpoint_every + 2) + 4 * t.group_size
 
     async def resume(self) -> None:
         """Make the KV version match the weights held here, publishing them if it does not."""
@@ -189,9 +196,11 @@ class Learner:
         began = time.monotonic()
         t = self.config.training
         batch = assemble(groups, self.version, t.staleness, self.lc.scale_rewards,
-                         self.config.model.max_context, keep_no_signal=self.lc.kl_coef > 0,
+                         self.config.model.max_context,
+                         keep_no_signal=self.lc.kl_coef > 0 or t.zero_signal == "keep",
                          credit=self.lc.credit, step_weight=self.lc.step_weight)
-        metrics = await self.ranks.call("train", batch.samples) if batch.samples else {}
+        metrics = (await self.ranks.call("train", batch.samples, batch.batch_tokens)
+                   if batch.samples else {})
         trained_at = time.time()
         self.unpublished += bool(batch.samples)
         self.step += 1

@@ -27,7 +27,7 @@ from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVersion
 from bus.nats_bus import Bus
-from envs.admission import AdmissionCounters, admissible_groups
+from envs.admission import AdmissionCounters, SignalRefunds, admissible_groups, refund_credit
 from envs.curriculum import Curriculum
 from envs.intake import KvGateCache, collect, gate_many, while_short
 from envs.repair import repair_task
@@ -45,13 +45,17 @@ class Sampler:
     With `sampler.repair_tasks`, a tool episode the model failed becomes a repair task in the
     same pool (`envs.repair`; never from a held-out task), counted in the `repair_tasks` gauge
     and logged as `sampler.repair_task_added`; repair tasks live in this process, so a restarted
-    sampler starts without them."""
+    sampler starts without them. With `training.zero_signal = "refill"`, each finished group
+    whose rewards are all equal gives its budget back (`sampler.group_refunded`), so one more
+    is admitted in its place; the open groups are saved with the counters."""
 
     def __init__(self, bus: Bus, config: RunConfig) -> None:
         self.bus, self.config = bus, config
         self.curriculum = Curriculum(config.sampler, config.envs.mix)
         self.tasks: dict[str, Task] = {}
         self.counters = AdmissionCounters()
+        self.refunds = SignalRefunds()
+        "refill (`training.zero_signal`): open groups' rewards, to refund those without signal."
         self.version = 0
         self.learner_step = 0
         "Learner steps (batches consumed) behind the current version: the budget counts them."
@@ -80,13 +84,15 @@ class Sampler:
         state = await self.bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
         if state is not None:
             self.counters = AdmissionCounters(state.admitted, state.judged, state.produced,
-                                              state.next_seq)
+                                              state.next_seq, state.refunded)
+            self.refunds = SignalRefunds({g: dict(m) for g, m in state.open_groups.items()})
             self.skip_ids = set(state.counted)
         current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
         self.version = current.version if current else 0
         self.learner_step = current.step if current else 0
         log.info("sampler.resumed", admitted=self.counters.admitted, judged=self.counters.judged,
-                 produced=self.counters.produced, next_seq=self.counters.next_seq,
+                 produced=self.counters.produced, refunded=self.counters.refunded,
+                 next_seq=self.counters.next_seq,
                  version=self.version, learner_step=self.learner_step)
 
     async def save(self) -> int:
@@ -94,7 +100,9 @@ class Sampler:
         many ids the saved state holds (built before the first await, so consistent)."""
         c = self.counters
         state = SamplerState(admitted=c.admitted, judged=c.judged, produced=c.produced,
-                             next_seq=c.next_seq, counted=list(self.counted_ids))
+                             next_seq=c.next_seq, counted=list(self.counted_ids),
+                             refunded=c.refunded,
+                             open_groups={g: dict(m) for g, m in self.refunds.open.items()})
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, state)
         return len(state.counted)
 
@@ -146,10 +154,24 @@ class Sampler:
             self.reuse_failure(verdict)
         self.counters.judged += 1
         self.counters.produced += 1 if verdict.trainable else 0
+        if self.config.training.zero_signal == "refill":
+            self.refund_without_signal(verdict)
         self.counted_ids.append(verdict.verdict_id)
         delivery.defer()
         self.unacked.append(delivery)
         self.wake()
+
+    def refund_without_signal(self, verdict: Verdict) -> None:
+        """refill: once the verdict's group is complete, give back the budget of a group
+        whose rewards are all equal, so a replacement is admitted (`envs.admission`)."""
+        usable = verdict.trainable and verdict.outcome != "dropped" and verdict.reward is not None
+        attempt = verdict.attempt
+        refunded = self.refunds.record(attempt.group_id, attempt.group_size, verdict.verdict_id,
+                                       verdict.reward if usable else None)
+        if refunded:
+            self.counters.refunded += refunded
+            log.info("sampler.group_refunded", group_id=attempt.group_id, attempts=refunded,
+                     refunded=self.counters.refunded)
 
     def reuse_failure(self, verdict: Verdict) -> None:
         """Add the repair task a failed tool episode gives to the pool (`envs.repair`)."""
@@ -176,15 +198,21 @@ class Sampler:
     # --- admission ---------------------------------------------------------------------
 
     def admissible(self) -> int:
-        """Groups the bound admits now: in_flight + produced <= (learner step + staleness + 1) *
-        batch_size, and none once the learner step reaches `training.max_steps`. The learner step
+        """Groups the bound admits now: in_flight + produced (less refill's refunds, as many
+        as refill batches can take: `envs.admission.refund_credit`) <= (learner step +
+        staleness + 1) * batch_size, and none once the learner step reaches
+        `training.max_steps`. The learner step
         (`WeightVersion.step`, batches consumed) equals the version until a learner restart: a
         restarted learner rolls back to its checkpoint yet announces its weights under a newer
         number, so counting versions would let the learner's queue grow for good."""
         t = self.config.training
         if t.max_steps and self.learner_step >= t.max_steps:
             return 0  # the learner has made its last step: more samples would go untrained
-        return admissible_groups(in_flight=self.counters.in_flight, produced=self.counters.produced,
+        credit = refund_credit(self.counters.refunded, version=self.learner_step,
+                               max_staleness=t.staleness, batch_size=t.batch_size,
+                               most=t.batch_most)
+        return admissible_groups(in_flight=self.counters.in_flight,
+                                 produced=self.counters.produced - credit,
                                  version=self.learner_step, max_staleness=t.staleness,
                                  batch_size=t.batch_size, group_size=t.group_size)
 
@@ -232,7 +260,8 @@ class Sampler:
         """The heartbeat gauges: the curriculum's, and the admission counters."""
         c = self.counters
         return {**self.curriculum.gauges(), "admitted": float(c.admitted),
-                "in_flight": float(c.in_flight), "produced": float(c.produced)}
+                "in_flight": float(c.in_flight), "produced": float(c.produced),
+                "refunded": float(c.refunded)}
 
     async def watch_version(self) -> None:
         """Follow the policy pointer in KV; wake admission when the version or step moves."""

@@ -92,7 +92,11 @@ class SamplerConfig(Section):
     band_high: Share = 0.8
     "Upper bound of the band."
     out_of_band_weight: Share = 0.05
-    "Weight of a task outside the band (always or never solved) relative to one inside."
+    ("Weight of a task outside the band (always or never solved) relative to one inside. 1 "
+     "(with unmeasured_weight 1) turns the band off: tasks of a rung are chosen uniformly, "
+     "while the mix, the ladder and replay (which still prefers solved tasks) stay as they "
+     "are. band_low = 0, band_high = 1 is not the same: no task is then ever 'solved', "
+     "which changes replay too.")
     unmeasured_weight: Annotated[float, msgspec.Meta(ge=0.0)] = 1.0
     "Weight of a task not measured yet relative to one inside the band."
     ladder_offsets: list[int] = msgspec.field(default_factory=lambda: [-2, -1, 0, 1])

@@ -8,7 +8,7 @@ run config; importable without any heavy dependency.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -170,6 +170,14 @@ class JudgeConfig(Section):
     "Messages one judge instance holds at once, per input."
     model_judge: ModelJudgeConfig = ModelJudgeConfig()
     "The optional model judge: a flag for people on passing attempts, never a reward."
+    truncated: Literal["judged", "fail"] = "judged"
+    ("A training answer whose last turn was cut at the token limit (finish_reason 'length'). "
+     "judged: judged on its text like any other (an unclosed code block fails the format, "
+     "code cut mid-line fails to compile, but one whose tests pass still earns their reward), "
+     "and trained. fail: the model's failure whatever its text holds (`model.truncated`, "
+     "the reward of code that does not compile: the lowest an honest answer gets), and "
+     "trained. Held-out and validation answers are always judged, so rounds stay comparable; "
+     "a tool episode's final workspace is judged either way.")
     session_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=600)] = 20.0
     ("Seconds a tool episode's executor has to answer one session request, beyond twice the "
      "task's own timeout; no answer drops the attempt (infra.session_lost).")

@@ -15,14 +15,19 @@ from bus.messages import Attempt, ExecutionResult, Job
 from judging.attribution import Cause
 from judging.config import JudgeConfig
 from judging.jobs import TaskError, build_job
-from judging.judgement import Judgement, before_running, candidate_of, dropped, judge_result, unjudgeable
+from judging import kinds
+from judging.judgement import (Judgement, before_running, candidate_of, dropped, judge_result,
+                               truncated, unjudgeable)
 from sandbox.runner import run_job
 
 
 def prepare(attempt: Attempt, config: JudgeConfig, turns: int) -> Judgement | Job:
     """The job that checks the attempt's latest turn, or its judgement when nothing needs to
-    run (structured, does not compile, a malformed task, an attempt that cannot be read)."""
+    run (structured, does not compile, a malformed task, an attempt that cannot be read, a
+    training answer cut at the token limit with `[judge] truncated = "fail"`)."""
     try:
+        if config.truncated == "fail" and cut_at_limit(attempt):
+            return truncated(turns, config.reward)
         cand = candidate_of(attempt)
         early = before_running(attempt.task, cand, turns, config.reward)
         if early is not None:
@@ -32,6 +37,13 @@ def prepare(attempt: Attempt, config: JudgeConfig, turns: int) -> Judgement | Jo
         return dropped(Cause("infra.bad_task", str(exc)), [], [])
     except Exception as exc:  # noqa: BLE001 - a judgement, never an exception, for one attempt
         return unjudgeable(turns, config.reward, f"{type(exc).__name__}: {exc}")
+
+
+def cut_at_limit(attempt: Attempt) -> bool:
+    """A training answer (not a tool episode's workspace) whose last turn hit the token limit."""
+    return (attempt.purpose == "train" and bool(attempt.turns)
+            and attempt.turns[-1].finish_reason == "length"
+            and kinds.of(attempt.task).attempt != "workspace")
 
 
 def judge_run(attempt: Attempt, job: Job, result: ExecutionResult, turns: int,

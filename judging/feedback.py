@@ -26,6 +26,8 @@ def feedback_for(task: Task, judgement: Judgement, budget: int) -> str:
     parts = []
     if judgement.cause == "model.syntax_error":
         parts.append(f"Your code does not compile: {judgement.evidence}")
+    elif judgement.cause == "model.truncated":
+        parts.append("Your answer was cut off at the length limit: give a shorter one.")
     elif structure is not None and not structure.ok:
         parts.append(f"Your answer does not have the required form: {structure.detail}")
     visible = [t for t in judgement.tests if t.layer == "visible" and t.passed is False]

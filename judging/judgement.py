@@ -4,7 +4,8 @@ Consumes a task, the candidate taken from the latest turn, and (for executed kin
 and its `ExecutionResult`; produces a `Judgement`, which becomes a `Verdict`. The order of
 decisions is the point of this module (`judge_result` gives it). A `verifiers` task's rubric
 decides its score (`judging.rubric`), after its own hack signs. `before_running` answers
-without a job when none is needed (code that does not compile, and structured documents).
+without a job when none is needed (code that does not compile, and structured documents);
+`truncated` judges an answer cut at the token limit as a failure unread.
 Whatever a result holds, it yields one judgement, never an exception (`unjudgeable`: the
 model's failure). It does no I/O.
 """
@@ -115,6 +116,17 @@ def _judge_executed(task: Task, cand: Candidate, job: Job, result: ExecutionResu
     if not hacks and cause is None and not sum(layer.total for layer in layers[1:]):
         return dropped(Cause("infra.sandbox", "no test counted: the task has no valid tests"), layers, tests)
     return conclude(cand, layers, tests, hacks, cause, turns, weights, report.digest, report.quality)
+
+
+def truncated(turns: int, weights: RewardConfig) -> Judgement:
+    """A training answer cut at the token limit, with `[judge] truncated = "fail"`: the
+    model's failure whatever its text holds, scored as code that does not compile."""
+    why = "the answer was cut at the token limit"
+    reward, parts = compose(compiled=False, format_ok=False, layers=[], turns=turns, hack=False,
+                            weights=weights)
+    layers = [LayerResult(name="structure", total=1, detail=why),
+              *(LayerResult(name=n, detail=f"not run: {why}") for n in TEST_LAYERS)]
+    return Judgement("fail", reward, parts, "model.truncated", why, layers)
 
 
 def unjudgeable(turns: int, weights: RewardConfig, why: str) -> Judgement:

@@ -2,10 +2,12 @@
 
 Consumes groups of verdicts (`policy.groups.Group`), the learner's policy version and the
 staleness bound; produces `TrainSample`s (token ids, which tokens the model sampled, their
-behaviour logprobs, the advantage) and per-batch counts: dropped, stale, without signal.
-Multi-turn attempts train on every model turn's completion; prompts and feedback are
-context only. With per-step credit (`credit="step"`), a tool episode's tokens get their own
-advantages (`policy.credit`: the trajectory's plus their step's, from `Attempt.steps`). Also shards samples across ranks and micro-batches, and collates them.
+behaviour logprobs, the advantage), per-batch counts (dropped, stale, without signal) and
+the members of a group a refill batch counts (`signal_members`). Multi-turn attempts train
+on every model turn's completion; prompts and feedback are context only. With per-step
+credit (`credit="step"`), a tool episode's tokens get their own advantages (`policy.credit`:
+the trajectory's plus their step's). Also shards samples across ranks and micro-batches,
+and collates them.
 
 It does not run the model.
 """
@@ -58,6 +60,9 @@ class Assembled:
     hacks: int = 0
     "Members flagged as hacks (they carry the hack reward, the lowest there is)."
     staleness: list[int] = field(default_factory=list)
+    batch_tokens: int = 0
+    ("Completion tokens of the trained and the zero-signal samples: what TRL's \"dapo\" "
+     "divides by (`learner.loss_divisor = \"batch_tokens\"`).")
     left_out: dict[str, list[str]] = field(default_factory=dict)
     """Verdict ids consumed without training, by reason: 'dropped' (the judge dropped it, or
     it has no reward), 'stale' (older than the bound) or 'no_signal' (zero advantage)."""
@@ -134,6 +139,14 @@ def _usable(verdict: Verdict) -> bool:
             and verdict.attempt.purpose == "train")
 
 
+def signal_members(group: Group) -> int:
+    """Members of `group` with a reward, if their rewards differ (the group has a signal),
+    else 0: what a refill batch counts towards its size (`training.zero_signal`)."""
+    rewards = [v.reward if _usable(v) else None for v, _ in group.members.values()]
+    advantages = group_advantages(rewards)
+    return sum(a is not None for a in advantages) if any(advantages) else 0
+
+
 def _step_advantages(verdicts: list[Verdict], rewards: list[float | None],
                      scale: bool) -> list[list[float] | None]:
     """Each usable attempt's step advantages (`policy.credit`), None for the others."""
@@ -170,11 +183,9 @@ def assemble(groups: Iterable[Group], version: int, max_staleness: int, scale: b
                 spans = [(s.start, s.end) for s in verdict.attempt.steps]
                 per_token = token_advantages(min(_length(verdict.attempt), max_len), adv, spans,
                                              step_adv, step_weight)
-            if adv == 0.0 and per_token is None and not keep_no_signal:
-                out.leave_out(verdict.verdict_id, "no_signal")
-                continue
             ids, sampled, behav = trajectory(verdict.attempt, max_len)
-            if not sampled.any():
+            out.batch_tokens += int(sampled.sum())
+            if not sampled.any() or (adv == 0.0 and per_token is None and not keep_no_signal):
                 out.leave_out(verdict.verdict_id, "no_signal")
                 continue
             out.staleness.append(lag)

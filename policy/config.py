@@ -131,6 +131,14 @@ class LearnerConfig(Section):
     "Cap of the importance weight pi_prox/pi_behav (the upper mask bound of decoupled and icepop)."
     mask_low: Annotated[float, msgspec.Meta(ge=0, le=1)] = 0.5
     "icepop: tokens whose pi_prox/pi_behav falls below this get no gradient."
+    loss_divisor: Literal["tokens", "batch_tokens", "sequence", "constant"] = "tokens"
+    ("What the summed per-token losses of a batch are divided by (`policy.objective."
+     "sample_scales`). tokens: the trained tokens (a token mean over the trained samples). "
+     "batch_tokens: every completion token of the batch, zero-signal samples included though "
+     "they are not trained (TRL's \"dapo\"). sequence: each sample's token mean, then the "
+     "mean over samples (the original GRPO; TRL's \"grpo\"). constant: batch_size * "
+     "max_new_tokens of training sampling, whatever the batch holds (Dr. GRPO; TRL's "
+     "\"dr_grpo\"). With `minibatches` above 1 each optimizer step takes its share.")
     kl_coef: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     "Weight of the KL penalty to the initial (reference) policy; 0 skips the reference model."
     scale_rewards: bool = True
@@ -181,4 +189,7 @@ class TrainerConfig(Section):
     learner: LearnerConfig = LearnerConfig()
     "Optimizer, precision, ZeRO stage, world size, objective and checkpoints."
     sampling: SamplingConfig = SamplingConfig()
-    "The generator's training sampling: logprobs are recomputed at its temperature."
+    ("The generator's training sampling: logprobs are recomputed at its temperature, and "
+     "the constant loss divisor counts its max_new_tokens.")
+    batch_size: Positive = 32
+    "Attempts per learner update (`[training] batch_size`): the constant loss divisor counts it."

@@ -4,8 +4,10 @@ Consumes verdicts (with an opaque handle each, the message delivery) as they arr
 produces batches of whole groups. A group is ready once all `group_size` members arrived
 (dropped verdicts count as arrived; they are missing only from the advantage) or once it
 has waited `timeout_s` since its first member. A batch is taken when ready groups hold at
-least `batch_size` members, or when the oldest ready group has waited `timeout_s` (so the
-tail of a run is not held forever). Groups stay whole: never split across batches.
+least `batch_size` counted members (all members, or with `counted` only those it counts:
+members of groups with a signal, for refill), when they hold `most` members in all, or when
+the oldest ready group has waited `timeout_s` (so the tail of a run is not held forever).
+Groups stay whole: never split across batches.
 
 Pure bookkeeping: it does no I/O and computes no advantages.
 """
@@ -13,7 +15,7 @@ Pure bookkeeping: it does no I/O and computes no advantages.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from bus.messages import Verdict
 
@@ -41,9 +43,14 @@ class Group:
 class GroupBuffer:
     """Verdicts held by group until each group is complete or times out, then taken in batches."""
 
-    def __init__(self, batch_size: int, timeout_s: float) -> None:
+    def __init__(self, batch_size: int, timeout_s: float,
+                 counted: Callable[[Group], int] | None = None, most: int = 0) -> None:
         self.batch_size = batch_size
         self.timeout_s = timeout_s
+        self.counted = counted or (lambda group: len(group.members))
+        "Members of a group that count towards `batch_size` (default: all of them)."
+        self.most = most
+        "Most members a batch takes in all, counted or not (0: no bound)."
         self.groups: dict[str, Group] = {}
 
     def add(self, verdict: Verdict, handle: Any, now: float) -> None:
@@ -68,21 +75,25 @@ class GroupBuffer:
         return sorted(ready, key=lambda g: g.first_at)
 
     def take_batch(self, now: float) -> list[Group] | None:
-        """Whole ready groups holding at least `batch_size` members (oldest first), or None."""
+        """Whole ready groups (oldest first) until they hold `batch_size` counted members or
+        `most` members in all, or None while the ready ones hold neither (and none timed out)."""
         ready = self._ready(now)
         if not ready:
             return None
-        members = sum(len(g.members) for g in ready)
-        if members < self.batch_size and now - ready[0].first_at < self.timeout_s:
+        if not self._full(ready) and now - ready[0].first_at < self.timeout_s:
             return None
-        batch, count = [], 0
+        batch: list[Group] = []
         for group in ready:
-            if count >= self.batch_size:
+            if self._full(batch):
                 break
             batch.append(group)
-            count += len(group.members)
             del self.groups[group.group_id]
         return batch
+
+    def _full(self, groups: list[Group]) -> bool:
+        if sum(self.counted(g) for g in groups) >= self.batch_size:
+            return True
+        return bool(self.most) and sum(len(g.members) for g in groups) >= self.most
 
     def next_deadline(self) -> float | None:
         """When the oldest held group times out, if any group is held."""

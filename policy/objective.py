@@ -4,9 +4,10 @@ clipped surrogate, and the KL penalty.
 Consumes rewards of one group, or per-token log-probabilities under the current (`logp`:
 the weights being optimised), proximal (`prox`: the learner's weights when this batch's
 update began, detached), behaviour (`behav`: the weights that sampled it) and reference
-policies; produces advantages, weights and per-token losses; the off-policy corrections are
-`importance_weights`'s. Nothing here knows about models, batches or the bus, so tests check
-each against numbers worked out by hand.
+policies; produces advantages, weights, per-token losses and the per-sample factors that sum
+them into a loss (`sample_scales`); the off-policy corrections are `importance_weights`'s.
+Nothing here knows about models, batches or the bus, so tests check each against numbers
+worked out by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Literal, Sequence
 import torch
 
 Correction = Literal["truncated", "decoupled", "icepop", "none"]
+Divisor = Literal["tokens", "batch_tokens", "sequence", "constant"]
 
 
 def group_advantages(rewards: Sequence[float | None], scale: bool = True,
@@ -81,6 +83,33 @@ def clipped_surrogate(logp: torch.Tensor, prox: torch.Tensor, behav: torch.Tenso
     stats = {"ratio": ratio.detach(), "clipped": (bounded < plain).to(logp.dtype),
              "weight": weight, "kept": keep}
     return loss, stats
+
+
+def sample_scales(tokens: Sequence[int], divisor: Divisor, *, batch_tokens: int = 0,
+                  batch_size: int = 1, max_new_tokens: int = 1,
+                  minibatches: int = 1) -> list[float]:
+    """Per-sample factors c_i for one minibatch whose samples have `tokens` completion tokens
+    each: its loss is sum_i c_i * sum_t loss_it. The batch is `minibatches` optimizer steps;
+    TRL's `loss_type` is named where it is the same sum:
+
+    - "tokens": 1 / sum(tokens), the token mean over the minibatch's trained samples;
+    - "batch_tokens": minibatches / batch_tokens, where `batch_tokens` counts every completion
+      token of the batch, zero-signal samples included though they are not trained (TRL's
+      "dapo": its batch keeps them); 0 (not known) falls back to "tokens";
+    - "sequence": 1 / (len(tokens) * tokens_i), each sample's token mean, then the mean over
+      the minibatch's samples (TRL's "grpo", the original GRPO);
+    - "constant": minibatches / (batch_size * max_new_tokens), the same for every batch
+      whatever it holds (TRL's "dr_grpo", Dr. GRPO).
+    A sample without tokens gets 0."""
+    if divisor == "sequence":
+        return [1.0 / (len(tokens) * n) if n else 0.0 for n in tokens]
+    if divisor == "constant":
+        total = batch_size * max_new_tokens / minibatches
+    elif divisor == "batch_tokens" and batch_tokens > 0:
+        total = batch_tokens / minibatches
+    else:
+        total = sum(tokens)
+    return [1.0 / total if n and total > 0 else 0.0 for n in tokens]
 
 
 def kl_to_reference(logp: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:

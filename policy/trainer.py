@@ -129,8 +129,12 @@ class Trainer:
             tag = box[0]
         return tag
 
-    def train(self, samples: list[TrainSample]) -> dict[str, float]:
-        """One batch: `minibatches` optimizer updates over these samples."""
+    def train(self, samples: list[TrainSample], batch_tokens: int = 0) -> dict[str, float]:
+        """One batch: `minibatches` optimizer updates over these samples, their token losses
+        summed by `learner.loss_divisor` (`batch_tokens`: every completion token of the
+        batch, zero-signal samples included; 0 if not known)."""
+        from policy.objective import sample_scales
+
         self._bind()
         began = time.monotonic()
         totals: dict[str, float] = {}
@@ -138,9 +142,13 @@ class Trainer:
         prox_all = [self._proximal(m) for m in minis] if len(minis) > 1 else [None] * len(minis)
         for mini, prox in zip(minis, prox_all):
             micros = self._micro_batches(mini)
-            tokens = sum(s.tokens for s in mini)
+            scales = sample_scales([s.tokens for s in mini], self.lc.loss_divisor,
+                                   batch_tokens=batch_tokens, batch_size=self.config.batch_size,
+                                   max_new_tokens=self.config.sampling.max_new_tokens,
+                                   minibatches=len(minis))
+            scale_of = {id(s): c for s, c in zip(mini, scales)}
             for i, micro in enumerate(micros):
-                loss, stats = self._loss(micro, None if prox is None else prox[i], tokens)
+                loss, stats = self._loss(micro, None if prox is None else prox[i], scale_of)
                 self.engine.backward(loss)
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
@@ -189,7 +197,8 @@ class Trainer:
         with torch.no_grad():
             return [self._logprobs(self.engine, self._tensors(m)) for m in self._micro_batches(mini)]
 
-    def _loss(self, micro: list[TrainSample], prox: Any, global_tokens: int) -> tuple[Any, dict]:
+    def _loss(self, micro: list[TrainSample], prox: Any,
+              scale_of: dict[int, float]) -> tuple[Any, dict]:
         import torch
 
         from policy.objective import clipped_surrogate, kl_to_reference
@@ -212,9 +221,13 @@ class Trainer:
             kl = kl_to_reference(logp, ref)
             per_token = per_token + self.lc.kl_coef * kl
             stats["kl"] = float((kl.detach() * mask).sum())
-        # Token mean over the whole batch; DeepSpeed averages gradients over ranks, so scale up.
-        loss = (per_token * mask).sum() * (self.world / max(global_tokens, 1))
-        stats["loss"] = float(loss.detach()) * global_tokens / self.world
+        # Each row's token sum times its sample's factor (placeholders: 0); DeepSpeed averages
+        # gradients over ranks, so scale up.
+        scales = torch.tensor([scale_of.get(id(s), 0.0) for s in micro], dtype=per_token.dtype,
+                              device=per_token.device)
+        sums = (per_token * mask).sum(-1)
+        loss = (sums * scales).sum() * self.world
+        stats["loss"] = float(sums.detach().sum())
         return loss, stats
 
     def save(self, tag: str, client_state: dict) -> None:

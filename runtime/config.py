@@ -58,9 +58,11 @@ class RunConfig(Section):
 
     @property
     def trainer(self) -> TrainerConfig:
-        """What the learner's ranks read: the model, the learner and the training sampling."""
+        """What the learner's ranks read: the model, the learner, the training sampling and
+        the batch size."""
         return TrainerConfig(model=self.model, learner=self.learner,
-                             sampling=self.generator.sampling)
+                             sampling=self.generator.sampling,
+                             batch_size=self.training.batch_size)
 
 
 def load(path: str | Path) -> RunConfig:

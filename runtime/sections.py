@@ -116,11 +116,28 @@ class TrainingConfig(Section):
     "async: policy versions a sample may lag behind the learner. sync uses 0."
     max_steps: Annotated[int, msgspec.Meta(ge=0)] = 0
     "Stop the stack after this many learner steps (0: run until stopped)."
+    zero_signal: Literal["drop", "refill", "keep"] = "drop"
+    ("Groups whose rewards are all equal (every advantage zero). drop: consumed, not trained "
+     "(trained anyway with learner.kl_coef > 0, whose KL term has a gradient there). keep: "
+     "trained: no policy gradient, but their tokens count in the loss divisor. refill: "
+     "dropped, and the batch waits for more groups until it holds batch_size members of "
+     "groups with a signal (DAPO's dynamic sampling); the sampler admits a replacement for "
+     "each group without one (`envs.admission.SignalRefunds`), and `refill_limit` bounds "
+     "the wait.")
+    refill_limit: Annotated[int, msgspec.Meta(ge=1, le=16)] = 4
+    ("refill: most members one batch takes, zero-signal groups included, as a multiple of "
+     "batch_size; a batch that reaches it trains on the groups with a signal it holds.")
 
     @property
     def staleness(self) -> int:
         """The staleness bound in force: 0 in sync mode."""
         return 0 if self.mode == "sync" else self.max_staleness
+
+    @property
+    def batch_most(self) -> int:
+        """Most members one batch takes: batch_size * refill_limit with refill, else
+        batch_size (a last group may overshoot either by less than group_size)."""
+        return self.batch_size * (self.refill_limit if self.zero_signal == "refill" else 1)
 
 
 class LoggingConfig(Section):

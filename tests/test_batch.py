@@ -10,7 +10,8 @@ import torch
 
 from bus.codec import pack_f32, pack_ids
 from bus.messages import Attempt, Turn, Verdict
-from policy.batch import assemble, collate, shard, trajectory, trajectory_problem
+from policy.batch import (assemble, collate, shard, signal_members, trajectory,
+                          trajectory_problem)
 from policy.groups import GroupBuffer
 from policy.sampling import choose_tokens
 from tests.test_generator import make_task
@@ -123,6 +124,67 @@ def test_incomplete_group_is_flushed_after_the_timeout():
     buf.add(verdict("a", 1, 0.0, size=3), None, 0.0)
     assert buf.take_batch(9.0) is None
     assert [g.group_id for g in buf.take_batch(10.0)] == ["a"]
+
+
+def refill_buffer(batch_size: int = 4, most: int = 8) -> GroupBuffer:
+    return GroupBuffer(batch_size=batch_size, timeout_s=60, counted=signal_members, most=most)
+
+
+def test_refill_batch_waits_for_groups_with_signal_and_takes_the_others_along():
+    """Batch 4, groups of 2: a group that all passed counts nothing, so the batch waits for
+    two groups with a signal and takes the one without along (left out as no_signal)."""
+    buf = refill_buffer()
+    for g, rewards in (("same", [1.0, 1.0]), ("mixed", [1.0, 0.0])):
+        for i, r in enumerate(rewards):
+            buf.add(verdict(g, i, r), None, 0.0)
+    assert buf.take_batch(1.0) is None
+    buf.add(verdict("more", 0, 0.0), None, 1.0)
+    buf.add(verdict("more", 1, 0.5), None, 1.0)
+    batch = buf.take_batch(2.0)
+    assert [g.group_id for g in batch] == ["same", "mixed", "more"]
+    out = assemble(batch, 0, 0, True, 100)
+    assert out.left_out == {"no_signal": ["same.0", "same.1"]} and len(out.samples) == 4
+
+
+def test_refill_stops_waiting_at_its_limit_and_after_the_timeout():
+    """Four groups without signal reach the limit (8 members): the batch is taken with no
+    signal; one alone is taken once it waited timeout_s."""
+    buf = refill_buffer()
+    for g in "abcd":
+        assert buf.take_batch(0.0) is None
+        for i in range(2):
+            buf.add(verdict(g, i, 0.0), None, 0.0)
+    assert [g.group_id for g in buf.take_batch(0.0)] == ["a", "b", "c", "d"]
+    for i in range(2):
+        buf.add(verdict("e", i, 1.0), None, 0.0)
+    assert buf.take_batch(59.0) is None
+    assert [g.group_id for g in buf.take_batch(60.0)] == ["e"]
+
+
+def test_signal_members_count_the_rewarded_members_of_a_group_with_signal():
+    """(1, dropped, 0): two members count; (1, 1) and a lone reward count none."""
+    buf = GroupBuffer(batch_size=100, timeout_s=0)
+    for g, rewards in (("mixed", [1.0, None, 0.0]), ("same", [1.0, 1.0]), ("lone", [1.0, None])):
+        for i, r in enumerate(rewards):
+            buf.add(verdict(g, i, r, size=len(rewards)), None, 0.0)
+    assert {g.group_id: signal_members(g) for g in buf.take_batch(0.0)} == {
+        "mixed": 2, "same": 0, "lone": 0}
+
+
+def test_kept_zero_signal_samples_train_and_count_in_the_batch_tokens():
+    """zero_signal = "keep": both members of a group without signal are trained (advantage 0);
+    the batch's tokens count them either way, 2 completion tokens each."""
+    buf = GroupBuffer(batch_size=4, timeout_s=60)
+    for g, rewards in (("same", [1.0, 1.0]), ("mixed", [1.0, 0.0])):
+        for i, r in enumerate(rewards):
+            buf.add(verdict(g, i, r), None, 0.0)
+    groups = buf.take_batch(0.0)
+    kept = assemble(groups, 0, 0, True, 100, keep_no_signal=True)
+    dropped = assemble(groups, 0, 0, True, 100)
+    assert [s.advantage for s in kept.samples] == pytest.approx([0.0, 0.0, 1.0, -1.0], abs=1e-5)
+    assert not kept.no_signal
+    assert len(dropped.samples) == 2 and dropped.no_signal == 2
+    assert kept.batch_tokens == dropped.batch_tokens == 8
 
 
 def test_bad_trajectories_are_named():

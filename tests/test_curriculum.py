@@ -8,7 +8,8 @@ import random
 import msgspec
 import pytest
 
-from envs.admission import admissible_attempts, admissible_groups, staleness_capacity
+from envs.admission import (SignalRefunds, admissible_attempts, admissible_groups, has_signal,
+                            refund_credit, staleness_capacity)
 from envs.config import SamplerConfig
 from envs.curriculum import Curriculum
 from envs.evaluation import EvalPoint, reward_without_heldout_gain
@@ -52,6 +53,19 @@ def test_band_favours_just_out_of_reach_tasks():
     in_band = sum(counts[f"python/0/{i}"] for i in range(20, 30))
     assert solved > 0 and unsolved > 0  # rarely, not never
     assert 12 < in_band / solved < 30 and 12 < in_band / unsolved < 30  # 1/0.05 = 20
+
+
+def test_out_of_band_weight_one_samples_a_rung_uniformly():
+    """out_of_band_weight = 1: solved, unsolved, in-band and unmeasured tasks are chosen
+    equally often (the band is off), and the bands are still recorded for replay."""
+    c = _pool(msgspec.structs.replace(CFG, out_of_band_weight=1.0), per=40)
+    for i, passes in zip(range(30), [4] * 10 + [0] * 10 + [2] * 10):
+        _measure(c, f"python/0/{i}", passes)
+    counts = _counts(c, n=8000)
+    shares = [sum(counts[f"python/0/{i}"] for i in range(k, k + 10)) / 8000
+              for k in (0, 10, 20, 30)]
+    assert all(0.22 < share < 0.28 for share in shares), shares
+    assert c.band[0] == "solved" and c.band[10] == "unsolved"
 
 
 def test_band_bounds_come_from_config():
@@ -150,6 +164,36 @@ def test_admission_counts_whole_groups():
     """Groups are admitted whole: 6 attempts of room with groups of 4 admit one group."""
     assert admissible_groups(in_flight=90, produced=0, version=0, max_staleness=2, batch_size=32,
                              group_size=4) == 1
+
+
+def test_refill_refunds_a_finished_group_without_signal_once():
+    """Groups of 3: all equal refunds its rewarded members when the third verdict arrives
+    (a dropped one is not refunded, a repeated one is counted once); a mixed group none."""
+    refunds = SignalRefunds()
+    assert refunds.record("same", 3, "same.0", 1.0) == 0
+    assert refunds.record("same", 3, "same.0", 1.0) == 0
+    assert refunds.record("same", 3, "same.1", None) == 0
+    assert refunds.record("same", 3, "same.2", 1.0) == 2
+    assert [refunds.record("mixed", 3, f"mixed.{i}", r) for i, r in enumerate([1.0, 0.0, 1.0])] \
+        == [0, 0, 0]
+    assert refunds.open == {}
+
+
+def test_refunds_free_no_more_budget_than_refill_batches_can_take():
+    """Batch 8, at most 32 a batch, staleness 1: refunds free up to (0 + 1 + 1) * 24 = 48
+    attempts at step 0 and 72 at step 1; fewer refunds free themselves."""
+    assert refund_credit(100, version=0, max_staleness=1, batch_size=8, most=32) == 48
+    assert refund_credit(100, version=1, max_staleness=1, batch_size=8, most=32) == 72
+    assert refund_credit(20, version=0, max_staleness=1, batch_size=8, most=32) == 20
+
+
+def test_has_signal_agrees_with_the_learners_advantages():
+    """The sampler's test (no torch) says what policy.objective.group_advantages does."""
+    from policy.objective import group_advantages
+
+    for rewards in ([1.0, 1.0], [1.0, 0.0], [0.3, None, 0.3], [None, 1.0], [], [0.5, 0.5 + 1e-9],
+                    [-1.0, 0.1, 0.1], [None, None]):
+        assert has_signal(rewards) == any(group_advantages(rewards)), rewards
 
 
 def test_divergence_warning_needs_reward_up_and_heldout_flat():

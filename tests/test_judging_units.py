@@ -213,3 +213,31 @@ def test_every_registered_kind_says_what_it_reads():
     for name in kinds.NAMES:
         doc = importlib.import_module(f"judging.kinds.{name}").__doc__ or ""
         assert f"`{name}`" in doc and "fields for this kind" in doc, name
+
+@pytest.mark.parametrize("setting, purpose, finish, judged_as", [
+    ("judged", "train", "length", "job"),
+    ("fail", "train", "length", "model.truncated"),
+    ("fail", "train", "stop", "job"),
+    ("fail", "eval", "length", "job")])
+def test_a_training_answer_cut_at_the_token_limit_fails_unread_only_when_asked(
+        setting, purpose, finish, judged_as):
+    """`[judge] truncated = "fail"`: a training answer whose last turn hit the token limit is
+    the model's failure with the reward of code that does not compile, though this one would
+    run; a complete one, an eval one, and every one under "judged" go to a job as before."""
+    import msgspec
+
+    from bus.messages import Job
+    from judging.config import JudgeConfig
+    from judging.drive import prepare
+    from tests.support.judging import attempt
+
+    task = io_task([([1], 2)], [([2], 3)], "def f(x):\n    return x + 1\n")
+    a = attempt(task, "def f(x):\n    return x + 1\n", purpose=purpose)
+    a = msgspec.structs.replace(a, turns=[msgspec.structs.replace(a.turns[0], finish_reason=finish)])
+    config = JudgeConfig(truncated=setting)
+    got = prepare(a, config, turns=1)
+    if judged_as == "job":
+        assert isinstance(got, Job)
+        return
+    assert (got.outcome, got.cause, got.reward) == ("fail", judged_as, config.reward.compile_error)
+    assert not got.layers[0].ok and got.components["compile"] == config.reward.compile_error

@@ -154,6 +154,34 @@ async def test_async_batch_without_signal_still_moves_the_version(bus, nats_serv
 
 
 @pytest.mark.bus
+@pytest.mark.parametrize("zero_signal, first_step", [
+    ("drop", {"groups": 2, "samples": 0, "no_signal": 4}),
+    ("refill", {"groups": 4, "samples": 4, "no_signal": 4})])
+async def test_refill_waits_for_groups_with_signal(bus, nats_server, tmp_path, zero_signal,
+                                                   first_step):
+    """Batch 4 of groups of 2: two groups without signal, then two with. Dropping trains the
+    first two as a batch of nothing; refill waits and trains all four in one step."""
+    from tests.test_learner_crash import synthetic_verdicts
+
+    cfg = tiny_run_config(tmp_path, batch_size=4, group_size=2, zero_signal=zero_signal)
+    learn_bus = await second_bus(nats_server, "learner")
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(learner.run, learn_bus, cfg)
+            await bus.publish_many(subjects.verdict_subject("train"), [
+                (v.verdict_id, v) for v in synthetic_verdicts(2, 0, (1.0, 1.0), "same")
+                + synthetic_verdicts(2, 0, (1.0, 0.0), "mixed")])
+            with anyio.fail_after(60):
+                while (record := await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1),
+                                                  StepRecord)) is None:
+                    await anyio.sleep(0.05)
+            learn_bus.stopping.set()
+    finally:
+        await learn_bus.close()
+    assert {k: getattr(record, k) for k in first_step} == first_step
+
+
+@pytest.mark.bus
 async def test_learner_holds_past_an_evaluated_version_until_its_round_is_reported(bus, nats_server, tmp_path):
     """With an evaluator in the stack evaluating every version, the learner trains its batch
     but publishes version 1 only once the evaluator's KV state says round 0 is reported, so
@@ -348,3 +376,38 @@ async def test_icepop_masks_tokens_the_behaviour_policy_found_far_likelier(tmp_p
         finally:
             await ranks.close()
     assert masked == {"icepop": 0.5, "truncated": 0.0}
+
+
+@pytest.mark.bus
+async def test_loss_divisor_scales_the_gradient_of_a_step(tmp_path):
+    """The same batch at (nearly) the same weights: against the token mean over its 64
+    trained tokens, batch_tokens of 256 (zero-signal tokens counted) gives a quarter of the
+    gradient norm and constant 8 x 16 (batch_size x max_new_tokens) a half."""
+    import numpy as np
+
+    from policy.batch import TrainSample
+    from policy.ranks import RankGroup
+
+    rng = np.random.default_rng(0)
+    samples = [TrainSample(f"v{i}", "g", 0, float(i % 2) * 2 - 1,
+                           rng.integers(3, 49152, 24).astype(np.int64),
+                           np.r_[np.zeros(8, bool), np.ones(16, bool)],
+                           np.r_[np.zeros(8, np.float32), np.full(16, -10.8, np.float32)])
+               for i in range(4)]
+    cfg = tiny_run_config(tmp_path)
+    cfg = msgspec.structs.replace(
+        cfg, generator=msgspec.structs.replace(cfg.generator, sampling=SamplingConfig(
+            max_new_tokens=16)),
+        learner=msgspec.structs.replace(cfg.learner, lr=1e-12, precision="fp32"))
+    ranks = RankGroup(cfg.trainer, tmp_path / "ckpt")
+    await ranks.start()
+    norms = {}
+    try:
+        for divisor in ("tokens", "batch_tokens", "constant"):
+            ranks.trainer.lc = msgspec.structs.replace(cfg.learner, loss_divisor=divisor)
+            norms[divisor] = (await ranks.call("train", samples, 256))["grad_norm"]
+    finally:
+        await ranks.close()
+    assert norms["tokens"] > 0
+    assert norms["batch_tokens"] == pytest.approx(norms["tokens"] / 4, rel=1e-3)
+    assert norms["constant"] == pytest.approx(norms["tokens"] / 2, rel=1e-3)

@@ -11,7 +11,7 @@ from bus.messages import LayerResult
 from judging.config import RewardConfig
 from judging.reward import compose
 from policy.objective import (clipped_surrogate, group_advantages, importance_weights,
-                              kl_to_reference, token_logprobs)
+                              kl_to_reference, sample_scales, token_logprobs)
 
 pytestmark = pytest.mark.unit
 
@@ -148,3 +148,48 @@ def test_token_logprobs_apply_the_temperature():
     target = torch.tensor([[1]])
     assert token_logprobs(logits, target).item() == pytest.approx(math.log(0.75))
     assert token_logprobs(logits, target, 0.5).item() == pytest.approx(math.log(0.9))
+
+
+def test_loss_divisors_by_hand():
+    """Samples of 2 and 4 tokens: tokens 1/6 each; batch_tokens 12 (zero-signal tokens
+    included) 1/12, and 1/6 per minibatch of two; sequence 1/(2*2) and 1/(2*4); constant
+    batch 4 x 8 new tokens 1/32, 1/16 per minibatch of two."""
+    assert sample_scales([2, 4], "tokens") == pytest.approx([1 / 6, 1 / 6])
+    assert sample_scales([2, 4], "batch_tokens", batch_tokens=12) == pytest.approx([1 / 12] * 2)
+    assert sample_scales([2, 4], "batch_tokens", batch_tokens=12, minibatches=2) == \
+        pytest.approx([1 / 6] * 2)
+    assert sample_scales([2, 4], "batch_tokens") == pytest.approx([1 / 6] * 2)  # not known
+    assert sample_scales([2, 4], "sequence") == pytest.approx([1 / 4, 1 / 8])
+    assert sample_scales([2, 4], "constant", batch_size=4, max_new_tokens=8) == \
+        pytest.approx([1 / 32] * 2)
+    assert sample_scales([2, 4], "constant", batch_size=4, max_new_tokens=8, minibatches=2) == \
+        pytest.approx([1 / 16] * 2)
+    assert sample_scales([0, 4], "sequence") == [0.0, 1 / 8]
+
+
+def test_loss_divisors_sum_as_trl_loss_types_do():
+    """Four rows of per-token losses, the last two zero-signal (loss 0, as a zero advantage
+    gives): TRL's dapo, dr_grpo and grpo formulas (grpo_trainer.py, all rows kept) equal the
+    scaled sums over what the learner trains: the two signal rows (batch_tokens, constant),
+    or all four (sequence, as with zero_signal = "keep")."""
+    torch.manual_seed(0)
+    mask = torch.tensor([[1, 1, 0, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]],
+                        dtype=torch.float32)
+    loss = torch.randn(4, 5) * mask
+    loss[2:] = 0.0
+    max_completion_length = 8
+    trl = {"dapo": (loss * mask).sum() / mask.sum(),
+           "dr_grpo": (loss * mask).sum() / (loss.size(0) * max_completion_length),
+           "grpo": ((loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()}
+    tokens = mask.sum(-1).int().tolist()
+    row_sums = (loss * mask).sum(-1).tolist()
+
+    def ours(rows, divisor):
+        scales = sample_scales([tokens[r] for r in rows], divisor, batch_tokens=sum(tokens),
+                               batch_size=4, max_new_tokens=max_completion_length)
+        return sum(c * row_sums[r] for c, r in zip(scales, rows))
+
+    assert ours([0, 1], "batch_tokens") == pytest.approx(float(trl["dapo"]))
+    assert ours([0, 1], "constant") == pytest.approx(float(trl["dr_grpo"]))
+    assert ours([0, 1, 2, 3], "sequence") == pytest.approx(float(trl["grpo"]))
+    assert ours([0, 1], "tokens") == pytest.approx(sum(row_sums) / 6)

@@ -97,8 +97,9 @@ async def settles_at(bus: Bus, gen: Generator, idle: Idle, groups: int, *, since
     await gen.nothing_more_than(bus, groups)
 
 
-async def _verdicts(bus: Bus, a: TaskAssignment, *, passed: int, dropped: bool = False) -> None:
-    for i in range(a.group_size):
+async def _verdicts(bus: Bus, a: TaskAssignment, *, passed: int, dropped: bool = False,
+                    members: range | None = None) -> None:
+    for i in members or range(a.group_size):
         attempt = Attempt(attempt_id=f"{a.assignment_id}.{i}", group_id=a.assignment_id, index=i,
                           group_size=a.group_size, task=a.task, turns=[], policy_version=0)
         outcome = "dropped" if dropped else ("pass" if i < passed else "fail")
@@ -229,6 +230,39 @@ async def test_a_redelivered_verdict_is_counted_once(bus, nats_server):
         bus.stopping.set()
     state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
     assert (state.judged, state.produced) == (4, 4)
+    for sampler in (first, second):
+        await sampler.bus.close()
+
+
+async def test_refill_admits_a_replacement_for_each_group_without_signal(bus, nats_server, idle):
+    """zero_signal = "refill": a group that all passed gives its 4 attempts back and a fifth
+    group is admitted; a mixed group gives nothing back; a group whose verdicts straddle a
+    sampler restart is refunded once it is complete (the open group was saved), a sixth."""
+    config = msgspec.structs.replace(CONFIG, training=msgspec.structs.replace(
+        CONFIG.training, zero_signal="refill"))
+    gen = Generator()
+    async with anyio.create_task_group() as tg:
+        await tg.start(partial(consume, bus, subjects.CONSUMER_TASKS, TaskAssignment,
+                               gen.handle))
+        first = await _run_sampler(tg, nats_server.url, config)
+        await gen.wait_for(4)
+        await _verdicts(bus, gen.got[0], passed=4)  # no signal: refunded
+        await _verdicts(bus, gen.got[1], passed=2)  # a signal: kept
+        await gen.wait_for(5)
+        await settles_at(bus, gen, idle, 5, judged=8)
+        await _verdicts(bus, gen.got[2], passed=4, members=range(2))
+        await settles_at(bus, gen, idle, 5, judged=10)
+        await first.stop()
+        mark = len(idle.seen)
+        second = await _run_sampler(tg, nats_server.url, config)
+        await settles_at(bus, gen, idle, 5, since=mark, judged=10)
+        await _verdicts(bus, gen.got[2], passed=4, members=range(2, 4))
+        await gen.wait_for(6)
+        await settles_at(bus, gen, idle, 6, since=mark, judged=12)
+        await second.stop()
+        bus.stopping.set()
+    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
+    assert (state.produced, state.refunded, state.open_groups) == (12, 8, {})
     for sampler in (first, second):
         await sampler.bus.close()
 

@@ -27,6 +27,10 @@ class SamplerState(Message, tag="whet.sampler_state.v1"):
     "Sequence number of the next assignment; assignment ids derive from it."
     counted: list[str] = []
     "Verdict ids counted since the previous save: a redelivery of one is not counted again."
+    refunded: int = 0
+    "Produced attempts refill gave back (members of finished groups without a signal)."
+    open_groups: dict[str, dict[str, float | None]] = {}
+    "refill: rewards so far of each group not yet finished (group id -> verdict id -> reward)."
 
 
 class EvalPoint(Part):

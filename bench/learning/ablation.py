@@ -1,0 +1,213 @@
+"""Benchmark: the learning ablation, one factor at a time from the default, on the
+validation split only.
+
+Consumes a variant name (a set of config overrides on configs/default.toml, `VARIANTS`) and
+a seed; writes the variant's config (JSON extending the default) and runs it with `whet up`
+(as learning_run.py does) under the short protocol: 12 updates, rounds at versions 0 and 12
+on 60 validation tasks of each trained domain. Produces results/ablation/<variant>-s<seed>.json:
+each validation task's outcome and reward at both rounds, samples trained, what was left
+out, wall and CPU seconds (the whole stack's: this process's children). `--table` builds one
+markdown table from the JSONs there: pass rate at v12 with its 95% interval, the paired
+change against v0 and against the default variant (sign test), samples and CPU seconds.
+It chooses nothing; the held-out set is never touched.
+
+    python bench/learning/ablation.py default --seed 0
+    python bench/learning/ablation.py --table [--out-dir bench/learning/results/ablation]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.learning.learning_run import _env, eval_rewards, heldout_by_version, read_csv  # noqa: E402
+
+OUT = ROOT / "bench" / "learning" / "results" / "ablation"
+STEPS = 12
+TASKS_PER_DOMAIN = 60
+
+VARIANTS: dict[str, dict[str, dict]] = {
+    "default": {},
+    "staleness0": {"training": {"max_staleness": 0}},
+    "staleness1": {"training": {"max_staleness": 1}},
+    "zs_refill": {"training": {"zero_signal": "refill"}},
+    "zs_keep": {"training": {"zero_signal": "keep"}},
+    "div_batch_tokens": {"learner": {"loss_divisor": "batch_tokens"}},
+    "div_sequence": {"learner": {"loss_divisor": "sequence"}},
+    "div_constant": {"learner": {"loss_divisor": "constant"}},
+    "uniform": {"sampler": {"out_of_band_weight": 1.0}},
+    "trunc_fail": {"judge": {"truncated": "fail"}},
+}
+("Each factor against today's default: staleness 2, zero-signal groups dropped, the token "
+ "mean, the sampler band, truncated answers judged on their text.")
+
+
+def protocol(steps: int, tasks: int) -> dict[str, dict]:
+    """The short protocol's overrides: `steps` updates, rounds at 0 and `steps` on `tasks`
+    validation tasks per trained domain (HumanEval has no validation split: it drops out)."""
+    return {"training": {"max_steps": steps},
+            "evaluator": {"split": "validation", "every_versions": steps,
+                          "tasks_per_domain": tasks}}
+
+
+def merged(*layers: dict) -> dict:
+    """Nested dicts merged key by key, later layers winning (as `extends` merges)."""
+    out: dict = {}
+    for layer in layers:
+        for key, value in layer.items():
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                out[key] = merged(out[key], value)
+            else:
+                out[key] = value
+    return out
+
+
+def parse_set(items: list[str]) -> dict:
+    """`section.key=value` pairs (a TOML value, else a string) as nested overrides."""
+    out: dict = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip() or "." not in key:
+            raise ValueError(f"--set {item!r}: expected section.key=value, e.g. model.name=tiny")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        *path, last = key.strip().split(".")
+        node = out
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
+
+
+def write_config(name: str, seed: int, overrides: dict, out_dir: Path) -> Path:
+    """The variant's config: JSON extending configs/default.toml, its runs under runs/ablation."""
+    folder = out_dir / "configs"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-s{seed}.json"
+    base = os.path.relpath(ROOT / "configs" / "default.toml", folder)
+    run = {"run": {"name": f"abl-{name}-s{seed}", "seed": seed, "runs_dir": "runs/ablation"}}
+    path.write_text(json.dumps({"extends": base, **merged(overrides, run)}, indent=1) + "\n")
+    return path
+
+
+def outcomes(run_dir: Path, steps: int) -> dict[str, dict[str, dict]]:
+    """Each validation task's outcome and reward at versions 0 and `steps`."""
+    rounds = eval_rewards(run_dir)
+    return {str(v): {task: {"outcome": o, "reward": r} for task, (r, o) in sorted(rounds[v].items())}
+            for v in (0, steps) if v in rounds}
+
+
+def left_out(run_dir: Path) -> dict[str, int]:
+    """Verdicts the steps consumed without training, by reason, from the learner's events
+    (a step redone after a restart counted once)."""
+    steps: dict[int, dict] = {}
+    for log in sorted((run_dir / "logs").glob("learner-*.jsonl")):
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("event") == "learner.step_completed":
+                steps[event["fields"]["step"]] = event["fields"]
+    return {reason: sum(int(f.get(reason) or 0) for f in steps.values())
+            for reason in ("no_signal", "stale_rejected", "dropped")}
+
+
+def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path,
+                keep: bool = False) -> dict:
+    """Run one variant to its last round and write its result JSON; returns it. The run's
+    checkpoints and exported model are deleted after, unless `keep`."""
+    from runtime.config import load
+
+    config = write_config(name, seed, overrides, out_dir)
+    load(config)  # a bad override fails here, before anything starts
+    began, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.run([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
+                          cwd=ROOT, env={**_env(), "PYTHONPATH": str(ROOT)})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    latest = ROOT / "runs" / "ablation" / "latest"
+    run_dir = latest.resolve() if latest.exists() else None
+    if run_dir is None or not run_dir.name.startswith(f"abl-{name}-s{seed}-") \
+            or run_dir.stat().st_mtime < time.time() - (time.monotonic() - began) - 5:
+        raise SystemExit(f"ablation: whet up exited with {proc.returncode} and made no run "
+                         f"directory of its own under {latest.parent}")
+    train = read_csv(run_dir / "metrics" / "train.csv")
+    result = {"variant": name, "seed": seed, "overrides": overrides, "config": _shown(config),
+              "run_dir": _shown(run_dir), "exit_code": proc.returncode,
+              "steps": len(train), "samples_trained": int(train[-1]["samples_total"]) if train else 0,
+              "left_out": left_out(run_dir), "wall_s": round(time.monotonic() - began, 1),
+              "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 1),
+              "rounds": {v: h["pass_rates"] for v, h in
+                         ((str(v), h) for v, h in heldout_by_version(run_dir).items())},
+              "tasks": outcomes(run_dir, steps)}
+    path = out_dir / f"{name}-s{seed}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {path}")
+    if not keep:  # gigabytes a run; its metrics, logs and config stay
+        for folder in ("checkpoints", "model"):
+            shutil.rmtree(run_dir / folder, ignore_errors=True)
+    return result
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the repository when it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def main(args: argparse.Namespace) -> int:
+    from bench.learning.ablation_table import table
+
+    out_dir = Path(args.out_dir)
+    if args.list:
+        for name, over in VARIANTS.items():
+            print(f"{name:18} {json.dumps(over)}")
+        return 0
+    if args.table:
+        print(table(out_dir, args.steps))
+        return 0
+    if args.variant not in VARIANTS:
+        print(f"ablation: unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)} "
+              "(--list shows their overrides)", file=sys.stderr)
+        return 2
+    try:
+        extra = parse_set(args.set)
+    except ValueError as exc:
+        print(f"ablation: {exc}", file=sys.stderr)
+        return 2
+    overrides = merged(protocol(args.steps, args.tasks), VARIANTS[args.variant], extra)
+    from bus.errors import ConfigError
+
+    try:
+        result = run_variant(args.variant, args.seed, overrides, args.steps, out_dir,
+                             args.keep_checkpoints)
+    except ConfigError as exc:
+        print(f"ablation: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result["exit_code"] == 0 else 1
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("variant", nargs="?", default="default")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=STEPS, help="updates (the protocol: 12)")
+    parser.add_argument("--tasks", type=int, default=TASKS_PER_DOMAIN,
+                        help="validation tasks per trained domain (the protocol: 60)")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="one more override (smoke runs: model.name=tiny)")
+    parser.add_argument("--out-dir", default=str(OUT))
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep the run's checkpoints and model (deleted by default)")
+    parser.add_argument("--table", action="store_true", help="build the table from the JSONs")
+    parser.add_argument("--list", action="store_true", help="list the variants")
+    sys.exit(main(parser.parse_args()))
