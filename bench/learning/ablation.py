@@ -9,6 +9,8 @@ each validation task's outcome and reward at both rounds, samples trained, what 
 out, wall and CPU seconds (the whole stack's: this process's children). `--table` builds one
 markdown table from the JSONs there: pass rate at v12 with its 95% interval, the paired
 change against v0 and against the default variant (sign test), samples and CPU seconds.
+A variant other than the default takes the version-0 round of `default-s<seed>.json` when
+that is there (the same weights, tasks and greedy float32 sampling) instead of its own.
 It chooses nothing; the held-out set is never touched.
 
     python bench/learning/ablation.py default --seed 0
@@ -123,10 +125,20 @@ def left_out(run_dir: Path) -> dict[str, int]:
             for reason in ("no_signal", "stale_rejected", "dropped")}
 
 
+def shared_initial(out_dir: Path, name: str, seed: int) -> Path | None:
+    """The default variant's result of the same seed, whose version-0 round (the same initial
+    weights, greedy in float32, on the same tasks) a variant takes instead of its own."""
+    path = out_dir / f"default-s{seed}.json"
+    if name == "default" or not path.exists():
+        return None
+    return path if "0" in json.loads(path.read_text()).get("tasks", {}) else None
+
+
 def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path,
-                keep: bool = False) -> dict:
+                keep: bool = False, shared: Path | None = None) -> dict:
     """Run one variant to its last round and write its result JSON; returns it. The run's
-    checkpoints and exported model are deleted after, unless `keep`."""
+    checkpoints and exported model are deleted after, unless `keep`. With `shared`, the
+    version-0 round is that result's (the run skips its own)."""
     from runtime.config import load
 
     config = write_config(name, seed, overrides, out_dir)
@@ -150,6 +162,11 @@ def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path
               "rounds": {v: h["pass_rates"] for v, h in
                          ((str(v), h) for v, h in heldout_by_version(run_dir).items())},
               "tasks": outcomes(run_dir, steps)}
+    if shared is not None:
+        initial = json.loads(shared.read_text())
+        result["tasks"]["0"] = initial["tasks"]["0"]
+        result["rounds"]["0"] = initial["rounds"].get("0")
+        result["initial_round_from"] = _shown(shared)
     path = out_dir / f"{name}-s{seed}.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")
@@ -185,11 +202,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"ablation: {exc}", file=sys.stderr)
         return 2
     overrides = merged(protocol(args.steps, args.tasks), VARIANTS[args.variant], extra)
+    shared = shared_initial(out_dir, args.variant, args.seed)
+    if shared:  # the initial weights on the same tasks were measured by the default's run
+        overrides = merged(overrides, {"evaluator": {"initial_round": False}})
     from bus.errors import ConfigError
 
     try:
         result = run_variant(args.variant, args.seed, overrides, args.steps, out_dir,
-                             args.keep_checkpoints)
+                             args.keep_checkpoints, shared)
     except ConfigError as exc:
         print(f"ablation: {exc}", file=sys.stderr)
         return 2
