@@ -82,6 +82,10 @@ class EnvsConfig(Section):
     "Training mix by domain; a domain left out (or 0) is not trained on: it measures transfer."
     gates: GateConfig = GateConfig()
     "Intake gates."
+    train_ids: str = ""
+    ("A file of task ids, one a line ('#' lines skipped): training uses only the listed tasks "
+     "of the enabled environments (held-out and validation are unaffected), so a benchmark "
+     "can give another trainer exactly the same training set. Empty: every training task.")
 
 
 class SamplerConfig(Section):

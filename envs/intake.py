@@ -25,7 +25,7 @@ import structlog
 from bus import subjects
 from bus.errors import InputError
 from bus.messages import Task
-from envs import registry
+from envs import registry, taskfile
 from envs.config import EnvsConfig, GateConfig
 from envs.evaluation import pick_heldout
 from envs.gates import GateReport, GateTally, gate_task
@@ -47,7 +47,9 @@ class Intake:
 
 def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Task, GateConfig | None]], list[InputError]]:
     """The tasks of `split` from every enabled entry, interleaved, each with its gate config
-    (None when the entry is not gated)."""
+    (None when the entry is not gated). With `train_ids` set, the training split keeps only
+    the listed tasks, and each listed id that no entry yields is an error naming its line."""
+    allowed = taskfile.read_ids(config.train_ids) if split == "train" and config.train_ids else None
     per_entry = []
     errors: list[InputError] = []
     for name, entry in registry.enabled(config.use).items():
@@ -57,8 +59,14 @@ def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Ta
         if entry.gate:
             gates = config.gates if entry.checks is None else msgspec.structs.replace(
                 config.gates, checks=list(entry.checks))
-        per_entry.append([(t, gates) for t in found.tasks if t.split == split])
+        per_entry.append([(t, gates) for t in found.tasks if t.split == split
+                          and (allowed is None or t.task_id in allowed)])
     mixed = [pair for group in itertools.zip_longest(*per_entry) for pair in group if pair]
+    if allowed is not None:
+        found_ids = {t.task_id for t, _ in mixed}
+        errors += [InputError(config.train_ids, line, "", f"{task_id!r} is no training task of "
+                              "the enabled environments") for task_id, line in allowed.items()
+                   if task_id not in found_ids]
     return mixed, errors
 
 

@@ -2,8 +2,9 @@
 
 Consumes a path (or text); produces the tasks that decode, and one `InputError` per bad
 line naming the file, the line and the field (`verifier.kind`, `prompt`, ...). The tag
-field `t` may be left out. Writes tasks back as JSON lines. It checks shape only; whether
-a task is any good is `envs.gates`' business.
+field `t` may be left out. Writes tasks back as JSON lines; reads lists of task ids
+(`[envs] train_ids`). It checks shape only; whether a task is any good is `envs.gates`'
+business.
 """
 
 from __future__ import annotations
@@ -83,6 +84,20 @@ def read(path: str | Path) -> TaskFile:
     except OSError as exc:
         return TaskFile(errors=[InputError(str(path), 0, "", f"cannot read: {exc.strerror}")])
     return read_text(text, str(path))
+
+
+def read_ids(path: str | Path) -> dict[str, int]:
+    """The task ids listed in the file at `path`, one a line (blank lines and lines starting
+    with '#' skipped), each with its line number; InputError at line 0 if it cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(str(path), 0, "", f"cannot read: {exc.strerror}") from None
+    ids: dict[str, int] = {}
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            ids.setdefault(line.strip(), line_no)
+    return ids
 
 
 def write(out: IO[str], tasks: Iterable[Task]) -> int:

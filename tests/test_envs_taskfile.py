@@ -109,3 +109,50 @@ def test_whet_tasks_import_humaneval(tmp_path):
     result = _whet("tasks", "import", "humaneval", str(source), "--out", str(out), cwd=ROOT)
     assert len(taskfile.read(out).tasks) == 1
     assert "mini.jsonl:2: entry_point" in result.stderr, result.stderr
+
+
+@pytest.mark.unit
+def test_a_training_task_list_keeps_only_its_tasks_and_names_ids_it_cannot_find(tmp_path):
+    """With `[envs] train_ids`, the training split holds exactly the listed tasks; held-out
+    tasks are untouched, and a listed id no environment yields is named with its line."""
+    from envs.config import EnvsConfig
+    from envs.intake import collect
+
+    envs = EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.25)},
+                      mix={"structured": 1.0})
+    every, _ = collect(envs, seed=3, split="train")
+    chosen = sorted(t.task_id for t, _ in every[::3])
+    listed = tmp_path / "train_ids.txt"
+    listed.write_text("# the training set\n" + "\n".join(chosen) + "\n\nno-such-task\n")
+    restricted = msgspec.structs.replace(envs, train_ids=str(listed))
+    kept, errors = collect(restricted, seed=3, split="train")
+    assert sorted(t.task_id for t, _ in kept) == chosen and len(chosen) < len(every)
+    (error,) = errors
+    assert (error.source, error.line) == (str(listed), len(chosen) + 3) and "no-such-task" in str(error)
+    held, _ = collect(envs, seed=3, split="heldout")
+    assert [t for t, _ in collect(restricted, seed=3, split="heldout")[0]] == [t for t, _ in held]
+    assert held
+
+
+@pytest.mark.unit
+def test_an_unreadable_training_task_list_is_named(tmp_path):
+    """A train_ids file that cannot be read is one error naming the file; `whet up`'s
+    preflight names the key and the fix before anything starts."""
+    from bus.errors import InputError
+    from envs.config import EnvsConfig
+    from envs.intake import collect
+    from runtime.config import RunConfig
+    from runtime.stack import preflight
+
+    missing = str(tmp_path / "absent.txt")
+    with pytest.raises(InputError, match="absent.txt:0: cannot read"):
+        collect(EnvsConfig(train_ids=missing), seed=0, split="train")
+    cfg = RunConfig()
+    cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, train_ids=missing),
+                                  actors=msgspec.structs.replace(cfg.actors, count={"sampler": 1}))
+    (problem,) = preflight.task_list_problems(cfg)
+    assert problem.where == "envs.train_ids" and missing in problem.what
+    listed = tmp_path / "ids.txt"
+    listed.write_text("a-task\n")
+    cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, train_ids=str(listed)))
+    assert preflight.task_list_problems(cfg) == []

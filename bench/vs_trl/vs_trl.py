@@ -1,31 +1,16 @@
-"""Benchmark: whetstone side by side with TRL's GRPOTrainer, on the same CPU budget.
+"""Benchmark: whetstone head to head with TRL's GRPOTrainer, every figure from this run's own files.
 
-Both systems get one config's shared settings (default configs/default.toml, with the
-overrides below): the model, the gated training tasks of the mix's domains, whetstone's
-judge as the reward (for TRL through `bench.vs_trl.trl_reward`), group size, batch, learning
-rate, sampling, token limits, and a CPU budget.
+    PYTHONPATH=. python bench/vs_trl/vs_trl.py --seeds 1 2 3 [--protocol short|full|smoke] \\
+        --out-dir bench/vs_trl/results/<label>
 
-1. TRL trains in this process (`bench/vs_trl/vs_trl_grpo.py`) until `--max-steps` or the budget.
-2. whetstone runs `whet up` on the same settings in a child process, stopped by SIGINT
-   once its stack's CPU seconds would pass the budget (`bench/vs_trl/vs_trl_whetstone.py`), or
-   `--whetstone-run DIR` reads a finished run (DIR holds metrics/train.csv and
-   metrics/eval.csv, or the two CSVs, and checkpoints/ when the run kept them).
-3. The initial weights (both sides' start), TRL's final policy and whetstone's final
-   checkpoint are evaluated one after another on the evaluator's held-out tasks
-   (`envs.intake.gated_heldout`) with the evaluator's path (`runtime.evaluate`).
-
-It writes both curves (CPU seconds, samples, training reward), the held-out pass rate and
-mean reward at the start and end (and whetstone's at every version its evaluator
-evaluated during the run), samples per second, and the goal's ratios
-(`bench/vs_trl/vs_trl_report.py`): does whetstone reach TRL's final held-out reward in at most
-0.7x TRL's CPU seconds, with at least 1.3x its samples per second?
-
-    python bench/vs_trl/vs_trl.py [--budget-s 3600] [--whetstone-run runs/<id>] [--out bench/vs_trl/results/vs_trl.json]
-    python bench/vs_trl/vs_trl.py --label smoke --budget-s 600 --max-steps 2 --eval-every 2 \\
-        --batch 8 --group-size 4 --max-new-tokens 48 --eval-max-new-tokens 64 \\
-        --tasks-per-env 20 --heldout-per-domain 2 --out /tmp/vs_trl_smoke.json
-
-It reports what it measured; where TRL wins, the report says so.
+Per seed: fix one training task list (gated as the sampler gates it, sha256 recorded) that
+both sides train on (`[envs] train_ids`); train with TRL (`vs_trl_grpo.py`) and with `whet up`,
+each in a child process, for the same updates of the same samples, seed, settings and stop
+strings; evaluate the initial weights and both final policies with one function on the same
+held-out tasks (`vs_trl_eval.py`); write `seed-<n>.json` (settings, hashes, both sides'
+clocks: whole run and training only, samples, updates, each held-out task's result). Then
+`vs_trl_report.py` writes `report.json` from those files alone. Protocols: `short.toml` and
+`smoke.toml` beside this file; `full` is configs/default.toml.
 """
 
 from __future__ import annotations
@@ -33,251 +18,217 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from bench.vs_trl import vs_trl_grpo as grpo  # noqa: E402
-from bench.learning.learning_run import paired  # noqa: E402
-from bench.vs_trl.vs_trl_report import NOTES, findings, goal  # noqa: E402
-from bench.vs_trl.vs_trl_whetstone import export_final, run_whetstone, whetstone_side  # noqa: E402
+from bench.vs_trl import vs_trl_report  # noqa: E402
+from bench.vs_trl.clock import ChildRun, run_timed  # noqa: E402
+from bench.vs_trl.task_list import digest, gated_train_tasks, write_ids  # noqa: E402
+from bench.vs_trl.vs_trl_eval import heldout_tasks  # noqa: E402
+from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
+
+PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.toml",
+             "smoke": HERE / "smoke.toml"}
+"Each protocol's config."
 
 
-def effective_config(args: argparse.Namespace):
-    """The run config both systems use: the file, then the command line's overrides."""
+class ChildFailed(Exception):
+    """A side's process exited with an error; its log says why."""
+
+
+DRAIN_S = 60.0
+"""whetstone's actors get this long to stop (default 10 s): on a busy machine the learner's
+last checkpoint and model export at its stop took longer, and were cut short."""
+
+
+def seed_config(protocol: Path, seed: int, runs_dir: Path):
+    """The protocol's config with this seed, runs under `runs_dir`, no Prometheus port (a
+    bench run must not collide with another run's monitor) and `DRAIN_S` to stop in."""
     import msgspec
 
     from runtime.config import load
 
-    source = Path(args.config) if args.config else None
-    if source is None and args.whetstone_run:
-        resolved = Path(args.whetstone_run) / "config.resolved.json"
-        source = resolved if resolved.exists() else None
-    cfg = load(source or ROOT / "configs" / "default.toml")
+    cfg = load(protocol)
     rep = msgspec.structs.replace
-    tr, lc, gen = cfg.training, cfg.learner, cfg.generator
-    tr = rep(tr, group_size=args.group_size or tr.group_size, batch_size=args.batch or tr.batch_size,
-             max_steps=args.max_steps or tr.max_steps)
-    lc = rep(lc, lr=args.lr or lc.lr, micro_batch_size=min(lc.micro_batch_size, tr.batch_size))
-    sampling = rep(gen.sampling, temperature=gen.sampling.temperature if args.temperature is None
-                   else args.temperature, max_new_tokens=args.max_new_tokens or gen.sampling.max_new_tokens)
-    greedy = rep(gen.eval_sampling, max_new_tokens=args.eval_max_new_tokens
-                 or gen.eval_sampling.max_new_tokens)
-    ev = rep(cfg.evaluator, tasks_per_domain=args.heldout_per_domain or cfg.evaluator.tasks_per_domain,
-             every_versions=args.eval_every or cfg.evaluator.every_versions)
-    use = {name: entry if entry.all_heldout or not args.tasks_per_env
-           else rep(entry, count=args.tasks_per_env) for name, entry in cfg.envs.use.items()}
-    cfg = rep(cfg, training=tr, learner=lc, evaluator=ev, envs=rep(cfg.envs, use=use),
-              generator=rep(gen, sampling=sampling, eval_sampling=greedy))
-    return cfg, str(source or "configs/default.toml")
+    return rep(cfg, run=rep(cfg.run, seed=seed, runs_dir=str(runs_dir)),
+               monitor=rep(cfg.monitor, prometheus_port=0),
+               supervisor=rep(cfg.supervisor, drain_s=max(cfg.supervisor.drain_s, DRAIN_S)))
+
+
+def restricted(cfg, ids_file: Path):
+    """`cfg` training on the listed tasks only: the list is the pool, so no pool limit."""
+    import msgspec
+
+    rep = msgspec.structs.replace
+    return rep(cfg, envs=rep(cfg.envs, train_ids=str(ids_file)),
+               sampler=rep(cfg.sampler, pool_per_domain=0))
 
 
 def shared_settings(cfg) -> dict:
-    """The settings the comparison holds equal, as whetstone names them."""
-    return {"model": cfg.model.path or cfg.model.name, "group_size": cfg.training.group_size,
-            "batch_size": cfg.training.batch_size, "lr": cfg.learner.lr,
-            "temperature": cfg.generator.sampling.temperature, "top_p": cfg.generator.sampling.top_p,
-            "max_new_tokens": cfg.generator.sampling.max_new_tokens,
-            "eval_max_new_tokens": cfg.generator.eval_sampling.max_new_tokens,
-            "eval_every": cfg.evaluator.every_versions,
-            "clip_eps": cfg.learner.clip_eps, "kl_coef": cfg.learner.kl_coef,
-            "scale_rewards": cfg.learner.scale_rewards, "grad_clip": cfg.learner.grad_clip,
-            "mix": cfg.envs.mix, "domains": {n: e.count for n, e in cfg.envs.use.items()},
-            "heldout_per_domain": cfg.evaluator.tasks_per_domain, "max_steps": cfg.training.max_steps,
-            "seed": cfg.run.seed, "judge": json.loads(_json(cfg.judge))}
-
-
-def settings_differ(cfg, run_dir: Path) -> dict | str:
-    """Shared settings whose values differ between TRL's side and the whetstone run read:
-    {name: [TRL's, the run's]}."""
-    from runtime.config import load
-
-    resolved = run_dir / "config.resolved.json"
-    if not resolved.exists():
-        return f"unknown: {run_dir} keeps no config.resolved.json"
-    ours, theirs = shared_settings(cfg), shared_settings(load(resolved))
-    return {k: [ours[k], theirs[k]] for k in ours if ours[k] != theirs[k]}
-
-
-def _json(value) -> str:
+    """The settings both sides hold equal, as whetstone names them."""
     import msgspec
 
-    return msgspec.json.encode(value).decode()
+    tr, lc, gen = cfg.training, cfg.learner, cfg.generator
+    return {"model": cfg.model.path or cfg.model.name, "seed": cfg.run.seed,
+            "updates": tr.max_steps, "batch_size": tr.batch_size, "group_size": tr.group_size,
+            "lr": lc.lr, "clip_eps": lc.clip_eps, "kl_coef": lc.kl_coef,
+            "scale_rewards": lc.scale_rewards, "grad_clip": lc.grad_clip,
+            "temperature": gen.sampling.temperature, "top_p": gen.sampling.top_p,
+            "max_new_tokens": gen.sampling.max_new_tokens, "stop": list(gen.sampling.stop),
+            "eval_max_new_tokens": gen.eval_sampling.max_new_tokens, "mix": cfg.envs.mix,
+            "heldout_per_domain": cfg.evaluator.tasks_per_domain,
+            "heldout_domain_tasks": cfg.evaluator.domain_tasks,
+            "whetstone_rounds_every": cfg.evaluator.every_versions,
+            "judge": msgspec.to_builtins(cfg.judge)}
 
 
-async def gated_train_tasks(cfg) -> dict[str, list]:
-    """The training split of the mix's domains, gated as the sampler gates it: in the same
-    order, stopping a domain at `[sampler] pool_per_domain` accepted tasks, with the gate
-    reports kept on this machine's disk."""
-    from collections import Counter
-
-    from envs.intake import KvGateCache, collect, gate_many, while_short
-
-    found, _ = collect(cfg.envs, seed=cfg.run.seed, split="train")
-    trained = {d for d, w in cfg.envs.mix.items() if w > 0}
-    target = cfg.sampler.pool_per_domain
-    accepted: dict[str, list] = {}
-    pooled = Counter[str]()
-
-    async def on_gated(task, report) -> None:
-        if report.accepted:
-            pooled[task.domain] += 1
-            accepted.setdefault(task.domain, []).append(task)
-
-    mine = [(task, gates) for task, gates in found if task.domain in trained]
-    await gate_many(while_short(mine, pooled, lambda domain: target), cfg.envs.gates.sandbox,
-                    on_gated, concurrency=cfg.envs.gates.concurrency,
-                    cache=KvGateCache(None, cfg.envs.gates.keep_reports))
-    return {d: sorted(ts, key=lambda t: t.task_id) for d, ts in accepted.items()}
+def child_env() -> dict[str, str]:
+    """The environment every child runs in: this tree importable, tokenizers quiet."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
 
 
-async def heldout_rounds(cfg, models: dict) -> dict:
-    """Each model (label: ModelConfig) on the evaluator's held-out tasks, one after another on
-    the same path: its evaluation point, each task's (reward, outcome) and the CPU it took."""
-    import msgspec
+def run_child(what: str, argv: list[str], log: Path) -> ChildRun:
+    """Run one side's command; ChildFailed naming its log when it fails."""
+    print(f"{what}: {' '.join(argv[1:])}  (log {log})", flush=True)
+    run = run_timed([sys.executable, *argv], log, cwd=ROOT, env=child_env())
+    if run.returncode != 0:
+        raise ChildFailed(f"{what} exited with {run.returncode}; see {log}")
+    print(f"{what}: {run.clocks()}", flush=True)
+    return run
 
-    from runtime.evaluate import evaluate
-    from envs.intake import KvGateCache, gated_heldout
 
-    chosen = await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=cfg.evaluator.tasks_per_domain,
-                                 domain_tasks=cfg.evaluator.domain_tasks,
-                                 cache=KvGateCache(None, cfg.envs.gates.keep_reports))
-    tasks = [t for domain in sorted(chosen) for t in chosen[domain]]
-    out: dict = {"tasks": {d: [t.task_id for t in ts] for d, ts in sorted(chosen.items())},
-                 "points": {}, "per_task": {}, "cpu_s": {}}
+def evaluate_all(config: Path, models: dict[str, str], work: Path, threads: int) -> dict:
+    """Each model (label: folder, '' for the initial weights) evaluated in a child process."""
+    out = {}
     for label, model in models.items():
-        began = grpo.cpu_seconds()
-        point, per_task = await evaluate(cfg, model, tasks, f"vs-trl-{label}")
-        out["points"][label] = msgspec.to_builtins(point)
-        out["per_task"][label] = per_task
-        out["cpu_s"][label] = round(grpo.cpu_seconds() - began, 1)
+        result = work / f"eval-{label}.json"
+        argv = ["-m", "bench.vs_trl.vs_trl_eval", "--config", str(config), "--label", label,
+                "--out", str(result), "--threads", str(threads)]
+        run = run_child(f"evaluation of {label}", argv + (["--model", model] if model else []),
+                        work / f"eval-{label}.log")
+        record = json.loads(result.read_text())
+        out[label] = {**record, "clocks": {
+            "wall_s": run.wall_s, "cpu_s": round(run.cpu_s + record["gate_sandbox_cpu_s"], 1)}}
     return out
 
 
-def prompts_match(cfg, tasks: dict[str, list]) -> bool:
-    """TRL's prompt tokens (its chat-template call) equal the generator's, for a few tasks."""
-    from policy.chat import hf_chat_format
-    from policy.model import load_tokenizer
-
-    tok = load_tokenizer(cfg.model)
-    chat = hf_chat_format(tok)
-    sample = [t for ts in tasks.values() for t in ts[:2]]
-    return all(list(tok.apply_chat_template(conversation=[[{"role": "user", "content": t.prompt}]],
-                                            add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)["input_ids"][0])
-               == chat.prompt_ids(t.prompt) for t in sample)
+def side_clocks(run: ChildRun, sandbox_cpu_s: float, evaluation: dict, training: dict) -> dict:
+    """A side's clocks: its process (with its sandboxed jobs), the evaluation of its final
+    policy, the two together (the whole run) and training only."""
+    process = {"wall_s": run.wall_s, "cpu_s": round(run.cpu_s + sandbox_cpu_s, 1)}
+    return {"process": process, "evaluation": evaluation, "training": training,
+            "whole_run": {k: round(process[k] + evaluation[k], 1) for k in ("wall_s", "cpu_s")}}
 
 
-def train_trl(cfg, args: argparse.Namespace, work: Path) -> dict:
-    """Phase 1: gate the training tasks, then train with TRL within the budget."""
+def prepare(cfg, work: Path) -> tuple[dict, dict[str, list[str]], Path]:
+    """Fix the training task list and gate the held-out tasks (so neither side nor any
+    evaluation pays for those gates); write the config both sides run. The list's record,
+    the held-out ids by domain and the config's path."""
     import anyio
 
-    began = grpo.cpu_seconds(), time.monotonic()
-    tasks = anyio.run(gated_train_tasks, cfg)
-    intake = {"cpu_s": round(grpo.cpu_seconds() - began[0], 1),
-              "wall_s": round(time.monotonic() - began[1], 1),
-              "tasks": {d: len(ts) for d, ts in tasks.items()}}
-    print(f"gated training tasks: {intake}", flush=True)
-    trl = grpo.train(cfg, tasks, max_steps=cfg.training.max_steps, budget_s=args.budget_s, out_dir=work)
-    trl["intake"] = intake
-    trl["prompt_ids_match_generator"] = prompts_match(cfg, tasks)
-    print(f"TRL: {trl['steps']} steps, {trl['samples']} samples, {trl['cpu_s']} cpu s, "
-          f"{trl['wall_s']} wall s ({trl['precision']})", flush=True)
-    return trl
+    from runtime.config import dump
+
+    began = time.monotonic()
+    tasks, gate_cpu = anyio.run(gated_train_tasks, cfg)
+    ids, sha = write_ids(work / "train_ids.txt", tasks)
+    heldout, heldout_gate_cpu = anyio.run(heldout_tasks, cfg)
+    listing = {"count": len(ids), "sha256": sha, "ids": ids,
+               "by_domain": {d: len(ts) for d, ts in tasks.items()},
+               "wall_s": round(time.monotonic() - began, 1),
+               "gate_sandbox_cpu_s": round(gate_cpu + heldout_gate_cpu, 1)}
+    config = work / "config.json"
+    config.write_bytes(dump(restricted(cfg, work / "train_ids.txt")))
+    return listing, {d: [t.task_id for t in ts] for d, ts in heldout.items()}, config
 
 
-def evaluate_policies(cfg, trl: dict, whet: dict, run_dir: Path, work: Path) -> dict:
-    """Phase 3: the initial weights, TRL's final policy and whetstone's final checkpoint (when
-    the run kept one) on the held-out tasks, one after another on the same path; returns the
-    tasks."""
-    import anyio
+TRL_KEPT = ("updates", "samples", "tasks", "tasks_drawn", "precision",
+            "prompt_ids_match_generator", "outcomes", "sandbox_cpu_s", "curve")
+WHETSTONE_KEPT = ("updates", "final_version", "model_checkpoint", "samples", "pool",
+                  "trained_outside_list", "sandbox_cpu_s", "rounds", "curve")
+"What each side's record keeps in the seed file."
 
-    from policy.config import ModelConfig
 
-    context = cfg.model.max_context
-    models = {"initial": cfg.model, "trl_final": ModelConfig(path=trl["final_model"], max_context=context)}
-    exported = export_final(cfg, run_dir, work / "whetstone-final")
-    if exported:
-        models["whetstone_final"] = ModelConfig(path=str(exported[1]), max_context=context)
-    rounds = anyio.run(heldout_rounds, cfg, models)
-    points, per_task = rounds["points"], rounds["per_task"]
-    trl["heldout"] = {"initial": points["initial"], "final": points["trl_final"],
-                      "paired": paired(per_task["initial"], per_task["trl_final"]),
-                      "eval_cpu_s": rounds["cpu_s"]}
-    if exported:
-        version = exported[0]
-        cpu = next((p["cpu_s"] for p in whet["curve"] if p["policy_version"] == version), None)
-        whet["final_eval"] = {**points["whetstone_final"], "version": version, "cpu_s_reached": cpu,
-                              "paired_with_initial": paired(per_task["initial"], per_task["whetstone_final"]),
-                              "paired_with_trl_final": paired(per_task["trl_final"],
-                                                              per_task["whetstone_final"])}
-    print(f"held-out reward: initial {points['initial']['reward']}, TRL final "
-          f"{points['trl_final']['reward']}, whetstone final "
-          f"{points.get('whetstone_final', {}).get('reward')}", flush=True)
-    return rounds["tasks"]
+def run_seed(protocol: str, seed: int, work: Path, threads: int) -> dict:
+    """Both sides and the three evaluations for one seed; the seed's record."""
+    cfg = seed_config(PROTOCOLS[protocol], seed, work / "runs")
+    listing, heldout, config = prepare(cfg, work)
+    print(f"seed {seed}: {listing['count']} training tasks, sha256 {listing['sha256'][:16]}",
+          flush=True)
+    trl_run = run_child("TRL", ["-m", "bench.vs_trl.vs_trl_grpo", "--config", str(config),
+                                "--out-dir", str(work / "trl"), "--threads", str(threads)],
+                        work / "trl.log")
+    trl = json.loads((work / "trl" / "trl.json").read_text())
+    whet_run = run_child("whetstone", ["-m", "runtime.cli", "up", "--config", str(config)],
+                         work / "whetstone.log")
+    run_dir = (work / "runs" / "latest").resolve()
+    evals = evaluate_all(config, {"initial": "", "trl": str(work / "trl" / "model"),
+                                  "whetstone": str(run_dir / "model")}, work, threads)
+    heldout_ids = sorted(t for ts in heldout.values() for t in ts)
+    whet = whetstone_side(run_dir, set(listing["ids"]), set(heldout_ids))
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # gigabytes; model/ stays
+    return {
+        "seed": seed, "protocol": protocol, "config": str(PROTOCOLS[protocol].relative_to(ROOT)),
+        "settings": shared_settings(cfg), "train_tasks": listing,
+        "heldout_tasks": {"count": len(heldout_ids), "sha256": digest(heldout_ids),
+                          "by_domain": heldout, "same_for_every_policy": all(
+                              e["tasks"] == heldout for e in evals.values())},
+        "trl": {**{k: trl[k] for k in TRL_KEPT}, "clocks": side_clocks(
+            trl_run, trl["sandbox_cpu_s"], evals["trl"]["clocks"], trl["training"])},
+        "whetstone": {**{k: whet[k] for k in WHETSTONE_KEPT}, "clocks": side_clocks(
+            whet_run, whet["sandbox_cpu_s"], evals["whetstone"]["clocks"], whet["training"])},
+        "initial_evaluation": evals["initial"]["clocks"],
+        "heldout": {label: e["per_task"] for label, e in evals.items()},
+    }
 
 
 def main(args: argparse.Namespace) -> int:
-    import torch
-
     from runtime import log as log_mod
 
     log_mod.configure(kind="bench", instance="vs_trl", level="warning")
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    cfg, source = effective_config(args)
+    from bench.vs_trl.vs_trl_grpo import bf16_native
+
+    out = Path(args.out_dir)
+    other = [p.name for p in sorted(out.glob("seed-*.json"))
+             if json.loads(p.read_text()).get("protocol") != args.protocol]
+    if other:
+        print(f"vs_trl: {out} holds seed files of another protocol ({', '.join(other)}); "
+              "give another --out-dir", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="vs-trl-"))
-    work.mkdir(parents=True, exist_ok=True)
-    if args.trl_from:  # a finished TRL phase (its trl.json and final model), not run again
-        trl = json.loads((Path(args.trl_from) / "trl.json").read_text())
-    else:
-        trl = train_trl(cfg, args, work)
-        (work / "trl.json").write_text(json.dumps(trl, indent=2))
-    run_dir = Path(args.whetstone_run) if args.whetstone_run else run_whetstone(cfg, args.budget_s, work)
-    whet = whetstone_side(run_dir.resolve())
-    whet["settings_differ"] = settings_differ(cfg, run_dir)
-    tasks = evaluate_policies(cfg, trl, whet, run_dir, work)
-    report = {"label": args.label, "command": " ".join(sys.argv), "config": source,
-              "machine": {"cpus": os.cpu_count(), "threads": args.threads,
-                          "bf16_native": grpo.bf16_native()},
-              "budget_cpu_s": args.budget_s, "shared_settings": shared_settings(cfg),
-              "heldout_tasks": tasks, "trl": trl, "whetstone": whet, "goal": goal(trl, whet),
-              "notes": NOTES}
-    report["findings"] = findings(report["goal"], trl, whet)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(json.dumps({"goal": report["goal"], "findings": report["findings"]}, indent=2))
-    print(f"wrote {out}")
+    machine = {"cpus": os.cpu_count(), "threads": args.threads, "bf16_native": bf16_native()}
+    for seed in args.seeds:
+        try:
+            record = run_seed(args.protocol, seed, work / f"seed-{seed}", args.threads)
+        except ChildFailed as exc:
+            print(f"vs_trl: seed {seed}: {exc}", file=sys.stderr)
+            return 1
+        record = {**record, "machine": machine, "command": " ".join(["bench/vs_trl/vs_trl.py",
+                                                                      *sys.argv[1:]])}
+        path = out / f"seed-{seed}.json"
+        path.write_text(json.dumps(record, indent=1) + "\n")
+        print(f"wrote {path}", flush=True)
+    report = vs_trl_report.write(out)
+    print("\n".join(report["summary"]))
     return 0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="", help="whetstone config (default: the run's resolved "
-                   "config with --whetstone-run, else configs/default.toml)")
-    p.add_argument("--whetstone-run", default="", help="read this finished run instead of running whet up")
-    p.add_argument("--budget-s", type=float, default=3600.0, help="CPU seconds each system may use")
-    p.add_argument("--max-steps", type=int, default=0, help="optimizer steps (default: training.max_steps)")
-    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for TRL")
-    p.add_argument("--group-size", type=int, default=0)
-    p.add_argument("--batch", type=int, default=0, help="samples per optimizer step")
-    p.add_argument("--lr", type=float, default=0.0)
-    p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=0, help="training completions' token limit")
-    p.add_argument("--eval-max-new-tokens", type=int, default=0, help="held-out completions' token limit")
-    p.add_argument("--tasks-per-env", type=int, default=0, help="tasks each generated environment makes")
-    p.add_argument("--heldout-per-domain", type=int, default=0)
-    p.add_argument("--eval-every", type=int, default=0, help="whetstone's held-out rounds every N versions")
-    p.add_argument("--label", default="", help="e.g. 'smoke'; written into the report")
-    p.add_argument("--trl-from", default="", help="reuse the TRL phase kept in this work dir "
-                   "(trl.json and the final model) instead of training again")
-    p.add_argument("--work-dir", default="", help="where TRL's final model is saved (default: a temp dir)")
-    p.add_argument("--out", default=str(ROOT / "bench" / "vs_trl" / "results" / "vs_trl.json"))
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="one run per seed")
+    p.add_argument("--protocol", choices=sorted(PROTOCOLS), default="short")
+    p.add_argument("--out-dir", required=True, help="where seed-<n>.json and report.json go")
+    p.add_argument("--work-dir", default="", help="runs, models and logs (default: a temp dir)")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                   help="torch threads of the TRL process and of each evaluation")
     return p.parse_args(argv)
 
 

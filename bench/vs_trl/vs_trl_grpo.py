@@ -1,48 +1,32 @@
-"""The TRL side of bench/vs_trl/vs_trl.py: GRPOTrainer with whetstone's settings, tasks and judge.
+"""The TRL side of bench/vs_trl/vs_trl.py: GRPOTrainer on whetstone's settings, task list and judge.
 
-Consumes a run config (the settings both systems share), the gated training tasks by
-domain and a CPU budget; trains SmolLM2 with TRL's `GRPOTrainer` on CPU in
-this process, with `bench.vs_trl.trl_reward.JudgeReward` as its only reward function; produces
-the curve (per optimizer step: CPU and wall seconds, samples, the judge's mean reward and
-pass rate, TRL's own logged metrics) and the final policy saved as a model folder.
+    python -m bench.vs_trl.vs_trl_grpo --config CONFIG.json --out-dir DIR [--threads N]
 
-CPU seconds are measured as `whet up` measures its stack (`runtime.stack.progress.
-stack_cpu_seconds`: this process, its reaped children and its live children), from just
-before the model loads: TRL's clocks leave out the imports and the gating of its tasks,
-which whetstone's include (kind to TRL). Jobs inside sandboxes are counted by their
-cgroups, on neither side's meter; the reward's are reported apart (`sandbox_cpu_s`).
+Consumes a run config (the settings both sides share; `[envs] train_ids` names the task
+list); gates those tasks as the sampler does (gate reports from the disk cache), trains the
+policy with TRL's `GRPOTrainer` on CPU for `training.max_steps` updates of `batch_size`
+samples, `bench.vs_trl.trl_reward.JudgeReward` its only reward, the training stop strings
+given to `generate` through `generation_kwargs`. Writes `DIR/trl.json` (settings, the tasks
+trained on, per-step curve, training-only clocks, sandbox CPU) and the final policy as
+`DIR/model/`. Its whole-run clocks are the bench's (`bench.vs_trl.clock`); the held-out
+evaluation is the bench's too.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
+import json
 import os
 import random
-import time
+import sys
 from pathlib import Path
 from typing import Any
 
-from bus.messages import Task
+from bench.vs_trl.clock import age, meter
+from bench.vs_trl.task_list import digest, gated_train_tasks
 from bench.vs_trl.trl_reward import JudgeReward, task_column
-from runtime.stack.progress import stack_cpu_seconds
-
-
-def children_of(pid: int) -> list[int]:
-    """Live child pids of `pid` (from /proc)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if int(stat[1]) == pid:
-                out.append(int(entry.name))
-    return out
-
-
-def cpu_seconds() -> float:
-    """CPU seconds of this process and its children since it started (the stack's meter)."""
-    return stack_cpu_seconds(children_of(os.getpid()))
+from bus.messages import Task
 
 
 def bf16_native() -> bool:
@@ -55,7 +39,7 @@ def bf16_native() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def grpo_settings(cfg, *, max_steps: int, bf16: bool, out_dir: str) -> dict[str, Any]:
+def grpo_settings(cfg, *, bf16: bool, out_dir: str) -> dict[str, Any]:
     """GRPOConfig arguments: each shared setting taken from the whetstone config."""
     tr, lc, gen = cfg.training, cfg.learner, cfg.generator.sampling
     micro = min(lc.micro_batch_size, tr.batch_size)
@@ -66,15 +50,17 @@ def grpo_settings(cfg, *, max_steps: int, bf16: bool, out_dir: str) -> dict[str,
         raise ValueError("the bench maps one optimizer step per batch only (learner.minibatches = 1)")
     return dict(
         output_dir=out_dir, use_cpu=True, bf16=bf16, fp16=False, seed=cfg.run.seed,
-        max_steps=max_steps,
+        max_steps=tr.max_steps,
         # One optimizer step per batch of `batch_size` samples, `group_size` per prompt, in
         # micro-batches of `micro_batch_size`; TRL generates the whole batch in one call.
         num_generations=tr.group_size, per_device_train_batch_size=micro,
         gradient_accumulation_steps=tr.batch_size // micro,
         generation_batch_size=tr.batch_size, num_iterations=1,
-        # Sampling of training attempts.
+        # Sampling of training attempts; an answer ends at the generator's stop strings
+        # (`generate` needs the tokenizer for those: `train` binds it).
         temperature=gen.temperature, top_p=gen.top_p, top_k=0,
         max_completion_length=gen.max_new_tokens,
+        generation_kwargs={"stop_strings": list(gen.stop)} if gen.stop else None,
         # The objective: clipped surrogate, token mean over the whole batch (whetstone's
         # learner divides by the batch's tokens; TRL calls that "dapo"), group-relative
         # advantages scaled by the group's std when whetstone scales them, KL weight.
@@ -109,90 +95,148 @@ def mixed_rows(tasks: dict[str, list[Task]], mix: dict[str, float], rows: int,
         task = order[domain][drawn[domain] % len(order[domain])]
         drawn[domain] += 1
         out.append({"prompt": [{"role": "user", "content": task.prompt}],
-                    "task_json": task_column(task), "domain": domain})
+                    "task_json": task_column(task), "task_id": task.task_id, "domain": domain})
     return out
 
 
-def make_curve_callback(reward: JudgeReward, samples_per_step: int, budget_s: float,
-                        origin: tuple[float, float]):
-    """A TrainerCallback recording one curve point per optimizer step (clocks from `origin`,
-    (CPU, monotonic) seconds); it stops training before the next step would take the CPU
-    seconds past `budget_s`."""
-    from transformers import TrainerCallback
+def stamp(reward: JudgeReward) -> dict[str, float]:
+    """Wall seconds since this process started; CPU seconds of this process tree since it
+    started plus its sandboxed jobs' (the reward's, cgroup-measured)."""
+    return {"wall_s": round(age(), 1),
+            "cpu_s": round(meter() + reward.sandbox_cpu_s, 1)}
 
-    cpu_now = lambda: cpu_seconds() - origin[0]  # noqa: E731
-    wall_now = lambda: time.monotonic() - origin[1]  # noqa: E731
+
+LOGGED = ("loss", "grad_norm", "kl", "entropy", "reward", "reward_std", "frac_reward_zero_std",
+          "completions/mean_length", "completions/clipped_ratio", "clip_ratio/region_mean")
+"TRL's per-step metrics the curve keeps."
+
+
+def with_signal(rewards: list[float | None], group_size: int) -> int:
+    """Samples in groups whose rewards differ (TRL orders a group's completions together);
+    a group of equal rewards has no advantage, which whetstone's learner leaves out."""
+    groups = [rewards[i:i + group_size] for i in range(0, len(rewards), group_size)]
+    return sum(len(g) for g in groups if len({r for r in g if r is not None}) > 1)
+
+
+def make_curve_callback(reward: JudgeReward, samples_per_step: int, group_size: int,
+                        stops: list[str]):
+    """A TrainerCallback recording the clocks when training begins and one curve point per
+    optimizer step: clocks, samples (with signal), completions ended at a stop string, the
+    judge's mean reward and pass rate, TRL's metrics."""
+    from transformers import TrainerCallback
 
     class Curve(TrainerCallback):
         def __init__(self) -> None:
             self.points: list[dict[str, Any]] = []
-            self.began_cpu = self.began_wall = 0.0
+            self.began: dict[str, float] = {}
 
         def on_train_begin(self, args, state, control, **kw):
-            self.began_cpu, self.began_wall = cpu_now(), wall_now()
+            self.began = stamp(reward)
 
         def on_step_end(self, args, state, control, **kw):
             judged = reward.last
-            scored = [j.judgement.reward for j in judged if not j.judgement.infra]
-            cpu = cpu_now()
+            rewards = [None if j.judgement.infra else j.judgement.reward for j in judged]
+            scored = [r for r in rewards if r is not None]
+            texts = [j.attempt.turns[-1].completion for j in judged]
             self.points.append({
                 "step": state.global_step, "samples": state.global_step * samples_per_step,
-                "cpu_s": round(cpu, 1), "wall_s": round(wall_now(), 1),
+                "with_signal": with_signal(rewards, group_size), **stamp(reward),
                 "train_reward": round(sum(scored) / len(scored), 4) if scored else None,
                 "pass_rate": round(sum(j.judgement.outcome == "pass" for j in judged)
                                    / max(len(judged), 1), 4),
                 "dropped": sum(j.judgement.infra for j in judged),
-                "sandbox_cpu_s": round(reward.sandbox_cpu_s, 1)})
-            before = self.points[-2]["cpu_s"] if len(self.points) > 1 else self.began_cpu
-            if cpu + (cpu - before) > budget_s:
-                control.should_training_stop = True
-            return control
+                "ended_at_stop": sum(any(s in t for s in stops) for t in texts), "trl": {}})
 
         def on_log(self, args, state, control, logs=None, **kw):
-            if self.points and logs:
-                self.points[-1]["trl"] = {k: round(v, 5) if isinstance(v, float) else v
-                                          for k, v in logs.items()}
+            if self.points and logs:  # the step's metrics; the summary at the end adds none
+                self.points[-1]["trl"].update({k: round(v, 5) if isinstance(v, float) else v
+                                               for k, v in logs.items() if k in LOGGED})
 
     return Curve()
 
 
-def train(cfg, tasks: dict[str, list[Task]], *, max_steps: int, budget_s: float,
-          out_dir: Path) -> dict[str, Any]:
-    """Train with TRL; returns the curve, totals and the final model folder."""
+def prompts_match(cfg, tokenizer, tasks: dict[str, list[Task]]) -> bool:
+    """TRL's prompt tokens (its chat-template call) equal the generator's, for a few tasks."""
+    from policy.chat import hf_chat_format
+
+    chat = hf_chat_format(tokenizer)
+    sample = [t for ts in tasks.values() for t in ts[:2]]
+    return all(list(tokenizer.apply_chat_template(
+        conversation=[[{"role": "user", "content": t.prompt}]], add_generation_prompt=True,
+        tokenize=True, return_dict=True)["input_ids"][0]) == chat.prompt_ids(t.prompt)
+        for t in sample)
+
+
+def train(cfg, tasks: dict[str, list[Task]], out_dir: Path) -> dict[str, Any]:
+    """Train with TRL for `training.max_steps` updates; the record `trl.json` holds."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from policy.model import load_model, load_tokenizer
-
-    origin = (cpu_seconds(), time.monotonic())
     from policy.precision import training_precision
 
     bf16 = training_precision(cfg.learner.precision, "cpu") == "bf16" and bf16_native()
-    settings = grpo_settings(cfg, max_steps=max_steps, bf16=bf16, out_dir=str(out_dir / "trl"))
+    settings = grpo_settings(cfg, bf16=bf16, out_dir=str(out_dir / "trainer"))
     per_step = cfg.training.batch_size // cfg.training.group_size
-    rows = mixed_rows(tasks, cfg.envs.mix, max_steps * per_step, cfg.run.seed)
+    rows = mixed_rows(tasks, cfg.envs.mix, cfg.training.max_steps * per_step, cfg.run.seed)
     tokenizer = load_tokenizer(cfg.model)
     tokenizer.padding_side = "left"
     model = load_model(cfg.model, "float32")
+    # TRL calls `generate` without the tokenizer, which stop strings need.
+    model.generate = functools.partial(model.generate, tokenizer=tokenizer)
     with JudgeReward(cfg.judge, cfg.executor.sandbox,
                      concurrency=cfg.executor.concurrency) as reward:
-        curve = make_curve_callback(reward, cfg.training.batch_size, budget_s, origin)
+        curve = make_curve_callback(reward, cfg.training.batch_size, cfg.training.group_size,
+                                    list(cfg.generator.sampling.stop))
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=GRPOConfig(**settings),
                               train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                               callbacks=[curve])
         trainer.train()
-        outcomes = dict(reward.outcomes)
-        sandbox_cpu = reward.sandbox_cpu_s
-    final = out_dir / "trl-final"
+        outcomes, sandbox_cpu = dict(reward.outcomes), reward.sandbox_cpu_s
+    final = out_dir / "model"
     trainer.model.save_pretrained(final)
     tokenizer.save_pretrained(final)
-    last = curve.points[-1] if curve.points else {}
+    last = curve.points[-1] if curve.points else {**curve.began, "step": 0, "samples": 0}
+    trained = sorted({r["task_id"] for r in rows})
     return {"settings": {k: v for k, v in settings.items() if k != "output_dir"},
             "precision": "bf16 autocast, fp32 weights" if bf16 else "fp32",
-            "setup_cpu_s": round(curve.began_cpu, 1), "setup_wall_s": round(curve.began_wall, 1),
-            "curve": curve.points, "steps": last.get("step", 0),
-            "samples": last.get("samples", 0), "cpu_s": last.get("cpu_s"),
-            "wall_s": last.get("wall_s"), "train_wall_s": round(
-                (last.get("wall_s") or 0) - curve.began_wall, 1),
-            "outcomes": outcomes, "sandbox_cpu_s": round(sandbox_cpu, 1),
-            "final_model": str(final)}
+            "prompt_ids_match_generator": prompts_match(cfg, tokenizer, tasks),
+            "tasks_drawn": {"count": len(trained), "sha256": digest(trained)},
+            "updates": last["step"], "samples": {
+                "consumed": last["samples"],
+                "with_signal": sum(p["with_signal"] for p in curve.points)},
+            "curve": curve.points,
+            "training": {"wall_s": round(last["wall_s"] - curve.began["wall_s"], 1),
+                         "cpu_s": round(last["cpu_s"] - curve.began["cpu_s"], 1)},
+            "outcomes": outcomes, "reward_sandbox_cpu_s": round(sandbox_cpu, 1)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    import anyio
+    import torch
+
+    from runtime import log as log_mod
+    from runtime.config import load
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="the run config both sides share (JSON or TOML)")
+    p.add_argument("--out-dir", required=True, help="where trl.json and model/ go")
+    p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
+    args = p.parse_args(argv)
+    log_mod.configure(kind="bench", instance="vs_trl_grpo", level="warning")
+    torch.set_num_threads(args.threads)
+    cfg = load(args.config)
+    out = Path(args.out_dir)
+    tasks, gate_cpu = anyio.run(gated_train_tasks, cfg)
+    ids = sorted(t.task_id for ts in tasks.values() for t in ts)
+    record = {"tasks": {"count": len(ids), "sha256": digest(ids)}, "gate_sandbox_cpu_s": gate_cpu,
+              "threads": args.threads, **train(cfg, tasks, out)}
+    record["sandbox_cpu_s"] = round(gate_cpu + record["reward_sandbox_cpu_s"], 1)
+    (out / "trl.json").write_text(json.dumps(record, indent=2))
+    print(f"TRL: {record['updates']} updates, {record['samples']} samples, training "
+          f"{record['training']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,103 +1,251 @@
-"""The verdict of bench/vs_trl/vs_trl.py: the goal's ratios, the findings in sentences, the caveats.
+"""The report of bench/vs_trl/: every figure recomputed from the committed per-seed JSON files.
 
-Consumes the TRL side's and the whetstone side's results (plain dicts: curves, held-out
-points with the CPU seconds at which each policy existed, samples and clocks); produces the
-goal record (does whetstone reach TRL's final held-out reward in at most 0.7x TRL's CPU
-seconds, with at least 1.3x its samples per second?), sentences that say which side wins
-each, and the notes on how the two sides were measured. Pure functions; it measures nothing.
+    PYTHONPATH=. python bench/vs_trl/vs_trl_report.py bench/vs_trl/results/<label> [--check]
+
+Consumes `seed-<n>.json` (written by vs_trl.py: each held-out task's [reward, outcome] for
+the initial weights, TRL's and whetstone's final policies; both sides' clocks, updates,
+samples, task-list hashes and whetstone's own held-out rounds); produces `report.json`:
+per seed and pooled over seeds, the paired comparison of the final policies (tasks gained
+and lost, the exact sign test's p, the mean reward difference with a 95% interval), each
+against the initial weights, the clocks side by side with their ratios, the checks that
+both sides had the same tasks, updates and samples, and the whole-run CPU whetstone took to
+reach TRL's final held-out reward. `--check` only compares with the report on disk.
 """
 
 from __future__ import annotations
 
-GOAL_CPU_RATIO, GOAL_RATE_RATIO = 0.7, 1.3
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from envs.stats import Z95, sign_test  # noqa: E402
+
+Results = dict[str, list]
+"Task id -> [reward or None, outcome]."
+
+
+def mean_reward(results: Results) -> float | None:
+    """Mean reward over the tasks with one (an infrastructure drop has none)."""
+    rewards = [r for r, _ in results.values() if r is not None]
+    return round(statistics.mean(rewards), 4) if rewards else None
+
+
+def pass_rate(results: Results) -> float | None:
+    """Share of the tasks whose attempt passed."""
+    return round(sum(o == "pass" for _, o in results.values()) / len(results), 4) if results else None
+
+
+def paired(before: Results, after: Results) -> dict:
+    """`after` against `before` on the tasks both scored: passes gained and lost with the
+    exact two-sided sign test, and the mean reward difference (after - before) with its 95%
+    interval (normal approximation, the task the unit)."""
+    common = sorted(t for t in before.keys() & after.keys()
+                    if before[t][0] is not None and after[t][0] is not None)
+    gained = sum(after[t][1] == "pass" and before[t][1] != "pass" for t in common)
+    lost = sum(before[t][1] == "pass" and after[t][1] != "pass" for t in common)
+    out = {"tasks": len(common), "gained": gained, "lost": lost,
+           "sign_test_p": round(sign_test(gained, lost), 4)}
+    if len(common) >= 2:
+        diff = [after[t][0] - before[t][0] for t in common]
+        mean, se = statistics.mean(diff), statistics.stdev(diff) / math.sqrt(len(diff))
+        out.update(reward_diff=round(mean, 4),
+                   interval95=[round(mean - Z95 * se, 4), round(mean + Z95 * se, 4)])
+    return out
+
+
+def comparisons(heldout: dict[str, Results]) -> dict:
+    """Each policy's held-out figures and the three paired comparisons."""
+    return {"policies": {label: {"reward": mean_reward(r), "pass_rate": pass_rate(r), "tasks": len(r)}
+                         for label, r in heldout.items()},
+            "whetstone_vs_trl": paired(heldout["trl"], heldout["whetstone"]),
+            "trl_vs_initial": paired(heldout["initial"], heldout["trl"]),
+            "whetstone_vs_initial": paired(heldout["initial"], heldout["whetstone"])}
+
+
+def ratio(whet: float | None, trl: float | None) -> float | None:
+    """whetstone's figure over TRL's."""
+    return round(whet / trl, 3) if whet is not None and trl else None
+
+
+def clocks(records: list[dict]) -> dict:
+    """Each side's clocks summed over `records`, and whetstone's over TRL's."""
+    out: dict = {"trl": {}, "whetstone": {}, "whetstone_over_trl": {}}
+    for clock in ("whole_run", "process", "evaluation", "training"):
+        for unit in ("cpu_s", "wall_s"):
+            key = f"{clock}.{unit}"
+            sums = {side: round(sum(r[side]["clocks"][clock][unit] for r in records), 1)
+                    if all(r[side]["clocks"][clock] for r in records) else None
+                    for side in ("trl", "whetstone")}
+            for side, value in sums.items():
+                out[side][key] = value
+            out["whetstone_over_trl"][key] = ratio(sums["whetstone"], sums["trl"])
+    return out
+
+
+def reach(record: dict) -> dict:
+    """Whole-run CPU seconds whetstone took to reach TRL's final held-out reward, against
+    TRL's whole-run CPU: from whetstone's own rounds when one reached it (the stack's CPU
+    when that round was reported), else from its final policy (its whole run), else none."""
+    target = mean_reward(record["heldout"]["trl"])
+    whet, trl_cpu = record["whetstone"], record["trl"]["clocks"]["whole_run"]["cpu_s"]
+    rounds = sorted((r for r in whet["rounds"] if r["reward"] is not None), key=lambda r: r["cpu_s"])
+    hit = next((r for r in rounds if target is not None and r["reward"] >= target), None)
+    final = mean_reward(record["heldout"]["whetstone"])
+    between = [r["version"] for r in rounds if 0 < r["version"] < whet["final_version"]]
+    out = {"trl_final_reward": target, "trl_whole_run_cpu_s": trl_cpu, "whetstone_cpu_s": None,
+           "by": None, "ratio": None, "intermediate_rounds": between}
+    if hit is not None:
+        out.update(whetstone_cpu_s=hit["cpu_s"], by=f"whetstone's own round at version {hit['version']}")
+    elif final is not None and target is not None and final >= target:
+        out.update(whetstone_cpu_s=whet["clocks"]["whole_run"]["cpu_s"],
+                   by="its final policy (this bench's evaluation)"
+                   + ("" if between else "; no earlier round, so when it first reached it is "
+                      "unknown: at most this"))
+    else:
+        out["by"] = f"not reached in {whet['updates']} updates"
+    out["ratio"] = ratio(out["whetstone_cpu_s"], trl_cpu)
+    return out
+
+
+def checks(record: dict) -> dict:
+    """Whether both sides had the same tasks, updates, samples and held-out tasks, and
+    whetstone's evaluated policy is its last update's."""
+    trl, whet, listing = record["trl"], record["whetstone"], record["train_tasks"]
+    n = record["settings"]["updates"]
+    return {"train_tasks_trl": trl["tasks"]["sha256"] == listing["sha256"],
+            "train_tasks_whetstone": (sum((whet["pool"] or {}).values()) == listing["count"]
+                                      and not whet["trained_outside_list"]),
+            "updates": trl["updates"] == whet["updates"] == whet["final_version"] == n,
+            "whetstone_final_policy_is_last_update": whet["model_checkpoint"] == f"step{n:08d}",
+            "samples": (trl["samples"]["consumed"] == whet["samples"]["consumed"]
+                        == n * record["settings"]["batch_size"]),
+            "heldout_tasks": record["heldout_tasks"]["same_for_every_policy"]}
+
+
+def seed_report(record: dict) -> dict:
+    """One seed's figures."""
+    trl, whet = record["trl"], record["whetstone"]
+    v0 = next((r["reward"] for r in whet["rounds"] if r["version"] == 0), None)
+    hashes = lambda key: {k: record[key][k] for k in ("count", "sha256")}  # noqa: E731
+    return {"seed": record["seed"], "train_tasks": hashes("train_tasks"),
+            "heldout_tasks": hashes("heldout_tasks"),
+            "updates": {"trl": trl["updates"], "whetstone": whet["updates"]},
+            "samples": {"trl": trl["samples"], "whetstone": whet["samples"]},
+            **comparisons(record["heldout"]), "clocks": clocks([record]), "reach": reach(record),
+            "checks": checks(record),
+            "initial_reward_two_paths": {"this_bench": mean_reward(record["heldout"]["initial"]),
+                                         "whetstone_round_0": v0}}
+
+
+def pooled(records: list[dict]) -> dict:
+    """Every seed's held-out tasks paired together (a task of seed s is `s:task`), clocks
+    summed over seeds."""
+    heldout = {label: {f"{r['seed']}:{t}": v for r in records
+                       for t, v in r["heldout"][label].items()}
+               for label in ("initial", "trl", "whetstone")}
+    return {"seeds": [r["seed"] for r in records], **comparisons(heldout),
+            "clocks": clocks(records), "reach_ratios": [reach(r)["ratio"] for r in records],
+            "checks": {k: all(checks(r)[k] for r in records) for k in checks(records[0])}}
+
+
+def summary(report: dict) -> list[str]:
+    """The report in a few sentences."""
+    p = report["pooled"]
+    w, c = p["whetstone_vs_trl"], p["clocks"]["whetstone_over_trl"]
+    figures = lambda key: ", ".join(  # noqa: E731
+        f"{label} {p['policies'][label][key]}" for label in ("initial", "trl", "whetstone"))
+    return [f"seeds {p['seeds']}, protocol {report['protocol']}: held-out reward "
+            f"{figures('reward')}; pass rate {figures('pass_rate')}",
+            f"whetstone vs TRL over {w['tasks']} tasks: +{w['gained']}/-{w['lost']} passes "
+            f"(sign test p {w['sign_test_p']}), reward difference {w.get('reward_diff')} "
+            f"(95% {w.get('interval95')})",
+            f"whetstone/TRL CPU: whole run {c['whole_run.cpu_s']}, training only "
+            f"{c['training.cpu_s']}; wall: whole run {c['whole_run.wall_s']}, training only "
+            f"{c['training.wall_s']}",
+            f"whole-run CPU to reach TRL's final reward, whetstone/TRL per seed: "
+            f"{p['reach_ratios']}",
+            f"same tasks, updates, samples, held-out set: {p['checks']}"]
 
 
 NOTES = [
-    "cpu_s on both sides is the stack's meter (runtime.stack.progress.stack_cpu_seconds): the "
-    "process(es), reaped children and live children. CPU inside sandboxed jobs "
-    "(cgroup-measured) counts on neither; whetstone.sandbox_cpu_s (every job of the run: "
-    "gating, training, held-out) and trl.sandbox_cpu_s (the reward's jobs) give it apart.",
-    "Kind to TRL: its clocks start when its model loads, after its imports and the gating of "
-    "its training tasks (trl.intake) and leave out its held-out rounds (trl.heldout.eval_cpu_s); "
-    "whetstone's start with the stack and include its imports in every process, its gating of "
-    "every train and held-out candidate, and its held-out rounds (versions 0, every_versions, ...).",
-    "CPU seconds inflate when other processes compete for the cores (torch's OpenMP threads "
-    "spin while they wait): run both sides on an otherwise idle machine.",
-    "whetstone's cpu_s_reached for a version is the stack's CPU when that version was "
-    "published (train.csv); for version 0, when its round was reported (eval.csv).",
-    "The initial weights, TRL's final policy and whetstone's final checkpoint "
-    "(whetstone.final_eval) are evaluated here, one after another on the evaluator's path "
-    "and tasks: that end comparison is like for like. whetstone's rounds during the run "
-    "(whetstone.heldout) come from its own evaluator, whose greedy bf16 attempts share "
-    "batches with training work; trl.heldout.initial is the same weights as whetstone's "
-    "version 0, so the gap between those two is the noise of the two paths.",
-    "TRL trains on-policy and synchronously (generate the batch, judge, one update); whetstone "
-    "async overlaps generation, judging and training with bounded staleness and picks tasks "
-    "by its curriculum, TRL draws the same gated pool by the mix weights.",
-    "A dropped attempt is None for TRL: out of its group's baseline, advantage 0, but its "
-    "tokens still count in TRL's loss normaliser; whetstone leaves it out of training.",
+    "Whole run: the side's process from its start (imports, gating of the task list from the "
+    "gate cache, model load, training, saving; for whetstone also its own held-out rounds) "
+    "plus the evaluation of its final policy in a process of its own. CPU is the kernel's "
+    "count at each process's exit (os.wait4: it and every descendant it reaped) plus the "
+    "CPU its sandboxed jobs used (cgroup-measured; no process count shows them). The "
+    "evaluations' own judged jobs count on neither side.",
+    "Training only: TRL from trainer.train()'s start to its last step; whetstone from when "
+    "every actor was ready (to the 30 s row before) to its last step, its own held-out rounds "
+    "included (kind to TRL; clocks.training.shorter_by_at_most in the seed file bounds the row).",
+    "Samples: both sides' updates consume batch_size judged attempts each; whetstone trains on "
+    "those whose group's rewards differ and leaves the rest out, TRL gives them advantage 0 "
+    "(samples.with_signal / samples.trained).",
+    "whetstone's CPU to reach TRL's final reward comes from its own held-out rounds (the stack's "
+    "CPU when the round was reported; its evaluator's path, not this bench's function: "
+    "initial_reward_two_paths shows the difference at version 0) or else from its final policy.",
+    "TRL trains synchronously on-policy (generate the batch, judge, one update); whetstone "
+    "overlaps generation, judging and training with bounded staleness and picks tasks from the "
+    "same list by its curriculum; TRL draws them by the mix weights.",
 ]
+"How the figures were measured."
 
 
-def goal(trl: dict, whet: dict) -> dict:
-    """The issue's two ratios, and which side each favours. whetstone's held-out points are
-    its evaluator's rounds and its final checkpoint evaluated here, whichever came first."""
-    target = trl["heldout"]["final"]["reward"]
-    points = [{**h, "source": "evaluator round"} for h in whet["heldout"]]
-    if whet.get("final_eval"):
-        points.append({**whet["final_eval"], "source": "final checkpoint, this bench's path"})
-    reached = [h for h in sorted(points, key=lambda h: h["cpu_s_reached"] or 0.0)
-               if h["reward"] is not None and target is not None and h["reward"] >= target]
-    first = reached[0] if reached else None
-    cpu_ratio = round(first["cpu_s_reached"] / trl["cpu_s"], 3) if first and trl["cpu_s"] else None
-    rate = lambda side, clock: side["samples"] / side[clock] if side.get(clock) else None  # noqa: E731
-    rates = {f"{name}_{clock}": rate(side, clock) for name, side in (("trl", trl), ("whetstone", whet))
-             for clock in ("wall_s", "cpu_s")}
-    ratio = lambda clock: (round(rates[f"whetstone_{clock}"] / rates[f"trl_{clock}"], 3)  # noqa: E731
-                           if rates[f"whetstone_{clock}"] and rates[f"trl_{clock}"] else None)
-    return {"trl_final_heldout_reward": target, "trl_cpu_s": trl["cpu_s"],
-            "whetstone_reached_at_version": first["version"] if first else None,
-            "whetstone_reached_by": first["source"] if first else None,
-            "whetstone_cpu_s_to_reach": first["cpu_s_reached"] if first else None,
-            "cpu_ratio": cpu_ratio, "cpu_ratio_goal": GOAL_CPU_RATIO,
-            "cpu_goal_met": cpu_ratio is not None and cpu_ratio <= GOAL_CPU_RATIO,
-            "samples_per_s": {k: round(v, 4) if v else None for k, v in rates.items()},
-            "samples_per_s_ratio": ratio("wall_s"), "samples_per_cpu_s_ratio": ratio("cpu_s"),
-            "samples_per_s_goal": GOAL_RATE_RATIO,
-            "samples_per_s_goal_met": (ratio("wall_s") or 0) >= GOAL_RATE_RATIO}
+def build(out_dir: Path) -> dict:
+    """The report of the seed files in `out_dir`."""
+    paths = sorted(out_dir.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    if not paths:
+        raise FileNotFoundError(f"{out_dir}: no seed-<n>.json files")
+    records = [json.loads(p.read_text()) for p in paths]
+    protocols = {r["protocol"] for r in records}
+    if len(protocols) > 1:
+        raise ValueError(f"{out_dir}: seed files of several protocols {sorted(protocols)}; "
+                         "keep one protocol's seeds in a folder")
+    report = {"protocol": records[0]["protocol"], "files": [p.name for p in paths],
+              "per_seed": [seed_report(r) for r in records], "pooled": pooled(records)}
+    report["summary"] = summary(report)
+    report["notes"] = NOTES
+    return report
 
 
-def findings(g: dict, trl: dict, whet: dict) -> list[str]:
-    """The measured outcome in sentences, saying where TRL wins."""
-    out = []
-    target, scored = g["trl_final_heldout_reward"], [h for h in whet["heldout"] if h["reward"] is not None]
-    if target is None:
-        out.append("TRL's final policy has no held-out reward (every attempt dropped).")
-    elif g["whetstone_reached_at_version"] is None:
-        best = max(scored, key=lambda h: h["reward"], default=None)
-        out.append(f"TRL wins on held-out reward: whetstone never reached TRL's final {target:+.4f}"
-                   + (f" (its best: {best['reward']:+.4f} at version {best['version']})." if best else "."))
-    else:
-        side = "whetstone wins" if g["cpu_goal_met"] else "TRL wins on CPU"
-        out.append(f"{side}: whetstone reached TRL's final held-out reward {target:+.4f} at version "
-                   f"{g['whetstone_reached_at_version']} after {g['whetstone_cpu_s_to_reach']} CPU s, "
-                   f"{g['cpu_ratio']}x TRL's {g['trl_cpu_s']} CPU s (goal <= {GOAL_CPU_RATIO}).")
-    ratio = g["samples_per_s_ratio"]
-    if ratio is not None:
-        side = "whetstone wins" if ratio >= GOAL_RATE_RATIO else "TRL wins on throughput"
-        out.append(f"{side}: whetstone trained {ratio}x TRL's samples per wall second and "
-                   f"{g['samples_per_cpu_s_ratio']}x per CPU second (goal >= {GOAL_RATE_RATIO}).")
-    final = whet.get("final_eval")
-    if final and final.get("reward") is not None and target is not None:
-        side = "whetstone" if final["reward"] >= target else "TRL"
-        pair = final["paired_with_trl_final"]
-        out.append(f"Final policies on the same path: whetstone (version {final['version']}) "
-                   f"{final['reward']:+.4f}, pass rate {final['overall']:.3f}; TRL {target:+.4f}, "
-                   f"pass rate {trl['heldout']['final']['overall']:.3f}; {side} ahead (paired over "
-                   f"{pair.get('tasks')} tasks: change {pair.get('reward_change')}, t {pair.get('t')}).")
-    v0 = next((h for h in scored if h["version"] == 0), None)
-    initial = trl["heldout"]["initial"]["reward"]
-    if v0 is not None and initial is not None and abs(v0["reward"] - initial) > 1e-9:
-        out.append(f"The initial weights scored {initial:+.4f} here and {v0['reward']:+.4f} in "
-                   "whetstone's own version-0 round: differences below that are evaluation noise.")
-    return out
+def write(out_dir: Path) -> dict:
+    """Build the report and write it as `out_dir/report.json`."""
+    report = build(out_dir)
+    (out_dir / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("out_dir", help="a folder of seed-<n>.json files")
+    p.add_argument("--check", action="store_true", help="compare with report.json; 1 if it differs")
+    args = p.parse_args(argv)
+    out = Path(args.out_dir)
+    try:
+        report = build(out)
+    except FileNotFoundError as exc:
+        print(f"vs_trl_report: {exc}; run bench/vs_trl/vs_trl.py --out-dir {out} first",
+              file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"vs_trl_report: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        kept = json.loads((out / "report.json").read_text()) if (out / "report.json").exists() else None
+        if kept != json.loads(json.dumps(report)):
+            print(f"vs_trl_report: {out}/report.json differs from what its seed files give", file=sys.stderr)
+            return 1
+        print(f"{out}/report.json: every figure recomputed from {', '.join(report['files'])}")
+        return 0
+    write(out)
+    print("\n".join(report["summary"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,114 +1,86 @@
-"""The whetstone side of bench/vs_trl/vs_trl.py: run `whet up` within a CPU budget, or read a run.
+"""The whetstone side of bench/vs_trl/vs_trl.py: what a finished `whet up` run measured itself.
 
-Consumes a run config and a CPU budget (`run_whetstone`: `whet up` in a child process,
-stopped by SIGINT, `whet down`'s graceful path, once the stack's CPU seconds would pass the
-budget by the next step), or a finished run directory (`whetstone_side`: `metrics/train.csv`
-and `metrics/eval.csv`, or the two CSVs themselves as `bench/learning/results/main_job/` keeps them,
-and the evaluator's events when `logs/` is there); produces the curves, the held-out
-rounds with the CPU seconds at which each version existed, the sandbox CPU the run's jobs
-used (from the `sandbox.finished` events), and the final policy as a model folder
-(`export_final`, from the learner's newest checkpoint) for the bench to evaluate on the
-same path as TRL's.
+Consumes a run directory (`metrics/*.csv`, the actors' event logs, and `model/`, which the
+learner writes at its stop); produces the per-step curve (the stack's own CPU and wall
+stamps), its evaluator's held-out rounds with the stack's CPU when each was reported, the
+sandboxed jobs' CPU (from the heartbeats), training-only clocks, the samples its updates
+consumed, the pool the sampler gated, and any training task judged that the task list
+does not name. The bench runs `whet up` itself (`bench.vs_trl.clock`); this starts nothing.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from bench.learning.learning_run import heldout_by_version, read_csv
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench.learning.learning_run import read_csv
 
 
-def run_whetstone(cfg, budget_s: float, work: Path) -> Path:
-    """`whet up` on `cfg` in a child process; SIGINT once its CPU would pass the budget."""
-    from runtime.config import dump
-
-    config = work / "whetstone.json"
-    config.write_bytes(dump(cfg))
-    runs = ROOT / cfg.run.runs_dir
-    before = set(runs.iterdir()) if runs.exists() else set()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
-                            cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)})
-    run_dir, stopping = None, False
-    while proc.poll() is None:
-        time.sleep(5)
-        if run_dir is None:
-            new = [p for p in runs.iterdir()
-                   if p.is_dir() and not p.is_symlink() and p not in before] if runs.exists() else []
-            run_dir = max(new, key=lambda p: p.stat().st_mtime, default=None)
-            continue
-        rows = read_csv(run_dir / "metrics" / "train.csv")
-        cpu = [float(r["cpu_s"]) for r in rows[-2:]]
-        step = cpu[-1] - cpu[0] if len(cpu) == 2 else 0.0
-        if cpu and not stopping and cpu[-1] + step > budget_s:
-            proc.send_signal(signal.SIGINT)  # graceful: `whet down`'s path
-            stopping = True
-    if run_dir is None:
-        raise RuntimeError(f"whet up exited with {proc.returncode} and left no run under {runs}")
-    return run_dir
+def _num(value: str | None) -> float | None:
+    return None if value in ("", None) else float(value)
 
 
-def whetstone_side(run_dir: Path) -> dict:
-    """Curves and held-out rounds of a finished whetstone run."""
-    metrics = run_dir / "metrics" if (run_dir / "metrics").is_dir() else run_dir
-    train, evals = read_csv(metrics / "train.csv"), read_csv(metrics / "eval.csv")
-    cpu_at = {int(r["policy_version"]): float(r["cpu_s"]) for r in train}
-    num = lambda v: None if v in ("", None) else float(v)  # noqa: E731
+def events(run_dir: Path, prefix: str) -> list[dict]:
+    """Every event in the logs of the actors whose log files start with `prefix`."""
+    out = []
+    for log in sorted((run_dir / "logs").glob(f"{prefix}*.jsonl")):
+        out += [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return out
+
+
+def training_clocks(progress: list[dict[str, str]], last: dict) -> dict:
+    """Training-only clocks: from when every actor was ready to the last step's stamp.
+    progress.csv has a row every 30 s, so that moment lies between the last row before
+    every actor was ready and the first row after; the clocks count from the earlier row
+    (at most a row more than training: kind to TRL) and `shorter_by_at_most` says how much
+    counting from the later row would take off."""
+    ready = next((i for i, r in enumerate(progress)
+                  if int(r["expected"]) and int(r["ready"]) >= int(r["expected"])), 0)
+    early, late = progress[max(ready - 1, 0)], progress[ready]
+    span = lambda row, k: round(last[k] - float(row[k]), 1)  # noqa: E731
+    return {"wall_s": span(early, "wall_s"), "cpu_s": span(early, "cpu_s"),
+            "shorter_by_at_most": {k: round(span(early, k) - max(span(late, k), 0.0), 1)
+                                   for k in ("wall_s", "cpu_s")}}
+
+
+def consumed(run_dir: Path) -> dict:
+    """Samples the learner's steps took: trained on, and left out by reason (no signal:
+    equal rewards in the group; stale; dropped), from its `learner.step_completed` events."""
+    steps = [e["fields"] for e in events(run_dir, "learner") if e["event"] == "learner.step_completed"]
+    left: dict[str, int] = {}
+    for f in steps:
+        for reason, ids in f.get("left_out", {}).items():
+            left[reason] = left.get(reason, 0) + len(ids)
+    trained = sum(len(f.get("trained", [])) for f in steps)
+    return {"consumed": trained + sum(left.values()), "trained": trained, "left_out": left}
+
+
+def whetstone_side(run_dir: Path, allowed: set[str], heldout: set[str]) -> dict:
+    """The run's own record; `allowed` is the task list, `heldout` the evaluated tasks.
+    `model_checkpoint` names the checkpoint the learner wrote as `model/` at its stop."""
+    metrics = run_dir / "metrics"
+    train, rounds = read_csv(metrics / "train.csv"), read_csv(metrics / "eval.csv")
+    progress = read_csv(metrics / "progress.csv")
     curve = [{"step": int(r["step"]), "policy_version": int(r["policy_version"]),
-              "samples": int(r["samples_total"]), "cpu_s": num(r["cpu_s"]), "wall_s": num(r["wall_s"]),
-              "train_reward": num(r["mean_reward"]), "pass_rate": num(r["pass_rate"]),
-              "staleness_mean": num(r["staleness_mean"])} for r in train]
-    events = heldout_by_version(run_dir) if (run_dir / "logs").is_dir() else {}
-    heldout = []
-    for r in evals:
-        v = int(r["policy_version"])
-        heldout.append({"version": v, "overall": num(r["overall"]), "reward": num(r["reward"]),
-                        "cpu_s_reported": num(r["cpu_s"]), "cpu_s_reached": cpu_at.get(v, num(r["cpu_s"])),
-                        **({"rewards": events[v]["rewards"], "pass_rates": events[v]["pass_rates"]}
-                           if v in events else {})})
-    last = curve[-1] if curve else {}
-    sandbox = sandbox_cpu_seconds(run_dir)
-    return {"run_dir": str(run_dir), "curve": curve, "heldout": heldout,
-            "steps": last.get("step", 0), "samples": last.get("samples", 0),
-            "cpu_s": last.get("cpu_s"), "wall_s": last.get("wall_s"),
-            "sandbox_cpu_s": round(sandbox, 1) if sandbox else None}
-
-
-def sandbox_cpu_seconds(run_dir: Path) -> float:
-    """CPU seconds of every sandboxed job of the run (gating, training, held-out), from the
-    `sandbox.finished` events in its logs (0 when it kept none)."""
-    total = 0.0
-    for log in sorted((run_dir / "logs").glob("*.jsonl")):
-        for line in log.read_text().splitlines():
-            if '"sandbox.finished"' in line:
-                total += json.loads(line).get("fields", {}).get("cpu_s") or 0.0
-    return total
-
-
-def export_final(cfg, run_dir: Path, out: Path) -> tuple[int, Path] | None:
-    """The run's newest learner checkpoint as a model folder (its bf16 weights, which the
-    learner also publishes to the generators), with its policy version; None without one."""
-    import torch
-
-    from policy.model import load_model, load_tokenizer
-    from policy.weights import install_state
-
-    latest = run_dir / "checkpoints" / "latest"
-    if not latest.exists():
-        return None
-    states = run_dir / "checkpoints" / latest.read_text().strip() / "mp_rank_00_model_states.pt"
-    saved = torch.load(states, map_location="cpu", weights_only=False)
-    model = load_model(cfg.model, "float32")
-    with torch.no_grad():
-        install_state(model, {k: v.float() for k, v in saved["module"].items()})
-    model.save_pretrained(out)
-    load_tokenizer(cfg.model).save_pretrained(out)
-    return int(saved["version"]), out
+              "samples": int(r["samples_total"]), "cpu_s": _num(r["cpu_s"]),
+              "wall_s": _num(r["wall_s"]), "train_reward": _num(r["mean_reward"]),
+              "pass_rate": _num(r["pass_rate"]), "staleness_mean": _num(r["staleness_mean"])}
+             for r in train]
+    last = curve[-1] if curve else {"step": 0, "policy_version": 0, "samples": 0}
+    intake = [e["fields"] for e in events(run_dir, "sampler") if e["event"] == "intake.completed"]
+    exported = [e["fields"]["checkpoint"] for e in events(run_dir, "learner")
+                if e["event"] == "learner.model_exported"]
+    judged = {e["fields"]["task_id"] for e in events(run_dir, "judge")
+              if e["event"] in ("judge.judged", "judge.hack_suspected", "judge.dropped")}
+    return {
+        "run_dir": str(run_dir), "updates": last["step"], "final_version": last["policy_version"],
+        "samples": consumed(run_dir), "curve": curve,
+        "rounds": [{"version": int(r["policy_version"]), "overall": _num(r["overall"]),
+                    "reward": _num(r["reward"]), "tasks": int(r["tasks"] or 0),
+                    "cpu_s": _num(r["cpu_s"]), "wall_s": _num(r["wall_s"])} for r in rounds],
+        "sandbox_cpu_s": max((float(r["sandbox_cpu_s"] or 0) for r in progress), default=0.0),
+        "training": training_clocks(progress, last) if progress and curve else None,
+        "pool": intake[-1].get("by_domain") if intake else None,
+        "trained_outside_list": sorted(judged - allowed - heldout),
+        "model_checkpoint": exported[-1] if exported else None,
+    }

@@ -2,9 +2,9 @@
 
 Consumes a `RunConfig` (which kinds run, with which sandbox backend, model, stream caps and
 ports) and the machine: programs on PATH, cgroup controllers, the sandbox environment trees,
-a Docker engine, the model's weights, free disk under the runs folder, bound ports. Produces
-`Problem` values, one per thing missing, each naming what, where (the config key it follows
-from) and the fix. `whet up` refuses to start when there is any; `whet doctor` prints them.
+a Docker engine, the model's weights, free disk under the runs folder, bound ports, the
+training task list. Produces `Problem` values, one per thing missing, each naming what,
+where (the config key it follows from) and the fix. `whet up` refuses to start when there is any; `whet doctor` prints them.
 
 It changes nothing on the machine and starts nothing (it binds a port for an instant).
 """
@@ -148,6 +148,15 @@ def disk_problems(cfg: RunConfig) -> list[Problem]:
                     f"under {folder})", "bus", f"lower the largest caps: {keys}; or free disk")]
 
 
+def task_list_problems(cfg: RunConfig) -> list[Problem]:
+    """The file of training task ids (`[envs] train_ids`) the sampler reads, when set."""
+    path = Path(cfg.envs.train_ids)
+    if not cfg.envs.train_ids or not cfg.actors.count.get("sampler") or path.is_file():
+        return []
+    return [Problem(f"the training task list {path} is not a readable file", "envs.train_ids",
+                    "point envs.train_ids at a file of task ids, one a line, or leave it empty")]
+
+
 def port_problems(cfg: RunConfig) -> list[Problem]:
     """The monitor's Prometheus port is free; a configured NATS server answers."""
     out = []
@@ -176,6 +185,7 @@ async def check(cfg: RunConfig) -> list[Problem]:
     out += model_problems(cfg)
     out += await anyio.to_thread.run_sync(disk_problems, cfg)
     out += port_problems(cfg)
+    out += task_list_problems(cfg)
     return out
 
 

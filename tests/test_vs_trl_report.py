@@ -1,0 +1,60 @@
+"""bench/vs_trl's report: its statistics by hand, and every committed report recomputed from its seed files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.vs_trl import vs_trl_report as report
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "vs_trl" / "results"
+
+
+def test_paired_counts_passes_gained_and_lost_and_the_reward_difference():
+    """Gains and losses are passes that appear or vanish; the sign test and the mean
+    difference with its interval match a hand computation; unscored tasks are left out."""
+    before = {"a": [0.1, "fail"], "b": [1.0, "pass"], "c": [0.1, "fail"], "d": [None, "dropped"]}
+    after = {"a": [1.0, "pass"], "b": [1.0, "pass"], "c": [0.4, "fail"], "d": [1.0, "pass"]}
+    got = report.paired(before, after)
+    assert (got["tasks"], got["gained"], got["lost"]) == (3, 1, 0)
+    assert got["sign_test_p"] == 1.0  # one discordant pair: 2 * 1/2
+    assert got["reward_diff"] == 0.4  # (0.9 + 0 + 0.3) / 3
+    assert got["interval95"] == [-0.1186, 0.9186]  # 0.4 -+ 1.96 * stdev 0.4583 / sqrt(3)
+
+
+def _record(rounds: list[dict], final: float, trl: float) -> dict:
+    clocks = {"whole_run": {"cpu_s": 100.0, "wall_s": 80.0}}
+    return {"heldout": {"trl": {"t": [trl, "fail"]}, "whetstone": {"t": [final, "fail"]}},
+            "trl": {"clocks": clocks},
+            "whetstone": {"rounds": rounds, "final_version": 8, "updates": 8,
+                          "clocks": {"whole_run": {"cpu_s": 150.0, "wall_s": 90.0}}}}
+
+
+def test_reach_takes_the_first_round_that_reached_else_the_final_else_none():
+    """whetstone's CPU to reach TRL's final reward: the earliest own round at or above it;
+    else its whole run when only its final policy reached it (unknown when it first did,
+    without rounds between); else not reached."""
+    rounds = [{"version": 0, "reward": 0.1, "cpu_s": 20.0}, {"version": 4, "reward": 0.5, "cpu_s": 60.0},
+              {"version": 8, "reward": 0.6, "cpu_s": 120.0}]
+    hit = report.reach(_record(rounds, final=0.6, trl=0.45))
+    assert (hit["whetstone_cpu_s"], hit["ratio"]) == (60.0, 0.6) and "version 4" in hit["by"]
+    late = report.reach(_record(rounds[:1], final=0.5, trl=0.45))
+    assert late["whetstone_cpu_s"] == 150.0 and "unknown" in late["by"]
+    never = report.reach(_record(rounds, final=0.3, trl=0.9))
+    assert never["whetstone_cpu_s"] is None and never["by"] == "not reached in 8 updates"
+
+
+@pytest.mark.parametrize("folder", sorted(p.parent.name for p in RESULTS.glob("*/report.json")))
+def test_every_committed_report_recomputes_from_its_seed_files(folder):
+    """Each results folder's report.json is exactly what its seed files give."""
+    out = subprocess.run([sys.executable, "bench/vs_trl/vs_trl_report.py", str(RESULTS / folder),
+                          "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads((RESULTS / folder / "report.json").read_text())["per_seed"]
