@@ -107,13 +107,14 @@ class Evaluator:
         log.info("evaluator.round_started", version=version, assignments=len(items), new=new)
 
     async def watch_versions(self) -> None:
-        """Start a round for every `every_versions`-th new policy version (and version 0 before the
-        learner publishes); reopen a round a restart cut short."""
+        """Start a round for every `every_versions`-th new policy version, and first for version 0
+        (the initial weights: a generator samples them from a pinned copy, however far the
+        learner has gone while the held-out tasks were gated); reopen a round a restart cut
+        short."""
         await self.ready.wait()
         every = self.config.evaluator.every_versions
-        current = await self.bus.kv_get(subjects.BUCKET_POLICY, subjects.KEY_POLICY, WeightVersion)
-        if current is None and self.state.last_round < 0 and self.config.evaluator.initial_round:
-            await self.start_round(0)  # the initial weights, before the learner publishes
+        if self.state.last_round < 0 and self.config.evaluator.initial_round:
+            await self.start_round(0)
         cut = self.state.last_round
         if cut > self.state.last_reported and cut not in self.rounds:
             # A round cut short by a restart: its verdicts not yet seen are redelivered, and

@@ -239,3 +239,32 @@ async def test_without_the_initial_round_the_first_round_is_the_first_version_du
         await ebus.close()
     assert {a.admitted_version for a in got} == {1} and len(got) == 10
     assert (round1.round, round1.baseline_version) == (1, 1) and round1.overall.rate == 0.4
+
+
+async def test_version_0_is_evaluated_even_when_training_moved_on_during_intake(bus, nats_server):
+    """The learner trains while the held-out tasks are gated: when the evaluator is ready the
+    policy is already at version 3 (not a multiple of every_versions = 2), yet round 0 is
+    published, at version 0 (the generators sample it from a pinned copy)."""
+    got: list[TaskAssignment] = []
+
+    async def generator(a: TaskAssignment, delivery) -> None:
+        got.append(a)
+
+    cfg = msgspec.structs.replace(CONFIG, evaluator=msgspec.structs.replace(
+        CONFIG.evaluator, every_versions=2))
+    await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                     WeightVersion(version=3, object_name="x", created_at=time.time()))
+    ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
+            await tg.start(evaluator_actor.run, ebus, cfg)
+            with anyio.fail_after(30):
+                while len(got) < 10:
+                    await anyio.sleep(0.05)
+            ebus.stopping.set()
+            bus.stopping.set()
+            tg.cancel_scope.cancel()
+    finally:
+        await ebus.close()
+    assert {a.admitted_version for a in got} == {0} and len(got) == 10
