@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import json
+
 import anyio
 import msgspec
 import pytest
@@ -18,13 +20,16 @@ import pytest
 from bus import subjects
 from bus.messages import ScaleTarget
 from runtime.config import RunConfig, dump
+from tests.support.judging import io_task
+from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def whet(*args: str, cwd: Path = ROOT, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
-    """The `whet` CLI with `args`, run from `cwd`."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def whet(*args: str, cwd: Path = ROOT, timeout_s: float = 120.0, **extra_env: str
+         ) -> subprocess.CompletedProcess:
+    """The `whet` CLI with `args`, run from `cwd` (with `extra_env` set)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
     env.pop("WHET_NATS_URL", None)
     return subprocess.run([sys.executable, "-m", "runtime.cli", *args], cwd=cwd, env=env,
                           text=True, capture_output=True, timeout=timeout_s)
@@ -92,3 +97,138 @@ async def test_scale_without_a_run_folder_writes_nothing_for_an_unknown_kind(bus
     assert fine.returncode == 0, fine.stderr
     targets = await bus.kv_items(subjects.BUCKET_RUN, ScaleTarget, prefix="scale.")
     assert [(t.kind, t.count) for t in targets.values()] == [("executor", 2)]
+
+
+SUM = io_task([([[1, 2]], 3)], [([[4]], 4)], "def f(xs):\n    return sum(xs)\n")
+GOOD = json.dumps({"task_id": "test/f", "completion": "def f(xs):\n    return sum(xs)\n"}) + "\n"
+TASKS = msgspec.json.encode(SUM).decode() + "\n"
+FUTURE = TASKS.replace("whet.task.v1", "whet.task.v2")
+
+
+def files(tmp_path: Path, **contents: str | bytes) -> dict[str, str]:
+    """Each named content written to its own file; the paths by name."""
+    out = {}
+    for name, content in contents.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        out[name] = str(path)
+    return out
+
+
+JUDGE_REFUSED = [  # (tasks, samples, the one line, after the file's path)
+    ("", GOOD, ": the file is empty; expected one JSON record per line"),
+    ("\n  \n", GOOD, ": the file is empty; expected one JSON record per line"),
+    (b"\x1f\x00\xff\xfe" * 10, GOOD, ": not a text file (a NUL byte at offset 1); expected JSON lines in UTF-8"),
+    (b"\xff\xfe{}\n", GOOD, ": not UTF-8 text (at byte 0); expected JSON lines in UTF-8"),
+    (TASKS, "", ": the file is empty; expected one JSON record per line"),
+    (TASKS, b"\x00" * 40, ": not a text file (a NUL byte at offset 0); expected JSON lines in UTF-8"),
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("tasks, samples, line", JUDGE_REFUSED)
+def test_judge_refuses_an_empty_or_binary_file_in_one_line(tmp_path, tasks, samples, line):
+    """An empty or binary tasks or samples file is one line naming it, and exit 2."""
+    paths = files(tmp_path, tasks=tasks, samples=samples)
+    result = whet("judge", paths["tasks"], paths["samples"])
+    bad = paths["samples"] if tasks == TASKS else paths["tasks"]
+    assert (result.returncode, one_line(result), result.stdout) == (2, f"whet: {bad}{line}", "")
+
+
+@pytest.mark.unit
+def test_judge_with_no_task_it_can_read_names_each_line_and_exits_2(tmp_path):
+    """A tasks file of a future schema version: its line is named, then nothing is judged."""
+    paths = files(tmp_path, tasks=FUTURE, samples=GOOD)
+    result = whet("judge", paths["tasks"], paths["samples"])
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"whet: skipped {paths['tasks']}:1: t: 'whet.task.v2' is a version this whetstone does not "
+        "read (it reads whet.task.v1); upgrade whetstone, or write it as whet.task.v1",
+        f"whet: judge: no task in {paths['tasks']} could be read; nothing to judge"]
+
+
+@pytest.mark.bus
+@pytest.mark.usefixtures("built_envs")
+def test_judge_judges_the_rest_of_a_file_with_skipped_lines_and_exits_1(tmp_path):
+    """Unknown task ids, broken lines and a future schema version are skipped and named; the
+    rest is judged, and the exit status (1) and the summary's count tell a script so."""
+    other = TASKS.replace('"test/f"', '"test/h"')
+    paths = files(tmp_path, tasks=TASKS + other.replace("whet.task.v1", "whet.task.v2"),
+                  samples=GOOD + "{broken\n" + GOOD.replace("test/f", "test/nope")
+                  + GOOD.replace("test/f", "test/h"))
+    result = whet("judge", paths["tasks"], paths["samples"])
+    assert result.returncode == 1, result.stderr
+    assert [line.split()[:2] for line in result.stdout.splitlines()] == [["test/f#1", "pass"]]
+    tasks, samples = paths["tasks"], paths["samples"]
+    assert result.stderr.splitlines() == [
+        f"whet: skipped {tasks}:2: t: 'whet.task.v2' is a version this whetstone does not read "
+        "(it reads whet.task.v1); upgrade whetstone, or write it as whet.task.v1",
+        f"whet: skipped {samples}:2: not JSON: Expecting property name enclosed in double quotes: "
+        "line 1 column 2 (char 1)",
+        f"whet: skipped {samples}:3: task_id: 'test/nope' is not in the tasks file",
+        f"whet: skipped {samples}:4: task_id: 'test/h' is not in the tasks file",
+        "judged 1: pass 1; re-runs 0; skipped lines 4"]
+
+
+TASKS_CHECK_CASES = [  # (file content, exit status, the line on stderr after the path)
+    ("", 2, ": the file is empty; expected one JSON record per line"),
+    (b"\x00\x01binary", 2, ": not a text file (a NUL byte at offset 0); expected JSON lines in UTF-8"),
+    ('{"task_id": "' + "x" * (2 << 20) + '"}\n', 1, ":1: a line of 2.0 MiB, over the 1 MiB a line may hold"),
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("content, status, line", TASKS_CHECK_CASES)
+def test_tasks_check_refuses_an_empty_file_and_an_oversized_line(tmp_path, content, status, line):
+    """`whet tasks check`: an empty or binary file is one line and exit 2; a line over the
+    limit is named without being parsed, and the file exits 1."""
+    path = files(tmp_path, tasks=content)["tasks"]
+    result = whet("tasks", "check", path)
+    assert result.returncode == status, result.stderr
+    lines = result.stderr.splitlines()
+    if status == 2:
+        assert one_line(result) == f"whet: {path}{line}"
+    else:
+        assert lines == [f"whet: skipped {path}{line}",
+                         "0 tasks checked, 1 bad lines; accepted 0, rejected: none"]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("args, line", [
+    (["--env", "pyton", "--", "python3", "-c", "pass"],
+     "whet: exec: --env 'pyton': unknown runtime; expected one of ['python', 'shell']"),
+    (["--stdin", "/nonexistent/in.txt", "--", "python3", "-c", "pass"],
+     "whet: exec: --stdin /nonexistent/in.txt: cannot read: No such file or directory"),
+])
+def test_exec_refuses_bad_input_in_one_line(args, line):
+    """An unknown runtime or a missing stdin file is one line and exit 2; nothing runs."""
+    result = whet("exec", *args)
+    assert (result.returncode, one_line(result), result.stdout) == (2, line, "")
+
+
+@pytest.mark.bus
+@pytest.mark.usefixtures("built_envs")
+@pytest.mark.parametrize("command, status, line", [
+    (["python3", "-c", "import sys; sys.exit(3)"], 3, ""),
+    (["nosuchprogram"], 127, ""),
+    (["python3", "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"], 143,
+     "whet exec: the program was killed (signal 15)"),
+    (["python3", "-c", "pass"], 0, ""),
+])
+def test_exec_exits_with_the_programs_status(command, status, line):
+    """`whet exec` exits as the program did (128 + a signal that killed it), with the result
+    on stdout."""
+    result = whet("exec", "--", *command)
+    assert result.returncode == status, result.stderr
+    assert json.loads(result.stdout)["backend"] == "local"
+    assert result.stderr.strip() == line
+
+
+@pytest.mark.bus
+def test_exec_says_when_the_sandbox_failed_not_the_program(tmp_path):
+    """A sandbox that cannot run the job (its runtime is not built) exits 125 and says so."""
+    result = whet("exec", "--", "python3", "-c", "pass", WHET_ENVS_DIR=str(tmp_path / "none"))
+    assert result.returncode == 125
+    assert json.loads(result.stdout)["sandbox_failed"] is True
+    assert one_line(result).startswith("whet exec: the sandbox failed, not the program: runtime "
+                                       "python-")
