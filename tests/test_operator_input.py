@@ -20,6 +20,7 @@ import pytest
 from bus import subjects
 from bus.messages import ScaleTarget
 from runtime.config import RunConfig, dump
+from runtime.stack import pidfile
 from tests.support.judging import io_task
 from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
@@ -232,3 +233,65 @@ def test_exec_says_when_the_sandbox_failed_not_the_program(tmp_path):
     assert json.loads(result.stdout)["sandbox_failed"] is True
     assert one_line(result).startswith("whet exec: the sandbox failed, not the program: runtime "
                                        "python-")
+
+
+@pytest.fixture
+def stranger():
+    """A live process whetstone did not start (a `sleep`), killed after the test."""
+    proc = subprocess.Popen(["sleep", "300"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def stale_files(run: Path, stranger: subprocess.Popen) -> dict[str, str]:
+    """Pid files naming `stranger` that must not make `whet down` signal it, by what is wrong."""
+    start = pidfile.start_time(stranger.pid)
+    record = lambda **kw: msgspec.json.encode(  # noqa: E731
+        {"pid": stranger.pid, "start": start, "run_id": run.name, **kw}).decode()
+    return {
+        "another process now": record(start=start - 1),
+        "written for run 'r-0'": record(run_id="r-0"),
+        "does not say which process wrote it": f"{stranger.pid}\n",
+    }
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("what", ["another process now", "written for run 'r-0'",
+                                  "does not say which process wrote it"])
+def test_down_never_signals_a_stranger_named_by_a_stale_pid_file(tmp_path, stranger, what):
+    """A pid file naming a live process that is not this run's supervisor (another start
+    time, another run, or no identity at all): `whet down` says it was stale, removes it
+    (and the stale `ready`), and the process lives on."""
+    run = stopped_run(tmp_path)
+    (run / "supervisor.pid").write_text(stale_files(run, stranger)[what])
+    (run / "ready").write_text("1\n")
+    result = whet("down", "--run", str(run), timeout_s=30)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("run r-1 is not running: its supervisor.pid was stale (")
+    assert what in result.stdout and result.stdout.endswith("removed it and signalled nothing\n")
+    assert stranger.poll() is None
+    assert not (run / "supervisor.pid").exists() and not (run / "ready").exists()
+
+
+@pytest.mark.unit
+def test_down_stops_the_process_its_pid_file_proves_is_the_runs(tmp_path, stranger):
+    """A pid file with the process's own start time and the run's id is believed: that
+    process gets SIGTERM and `whet down` waits until it is gone."""
+    run = stopped_run(tmp_path)
+    record = pidfile.PidRecord(pid=stranger.pid, start=pidfile.start_time(stranger.pid), run_id=run.name)
+    (run / "supervisor.pid").write_bytes(msgspec.json.encode(record))
+    result = whet("down", "--run", str(run), timeout_s=30)
+    assert (result.returncode, result.stdout) == (0, "run r-1 stopped\n"), result.stderr
+    assert stranger.wait(timeout=5) == -15
+
+
+@pytest.mark.unit
+def test_a_pid_file_written_by_a_process_names_it_until_it_exits(tmp_path):
+    """`pidfile.write` records this process; `holder` finds it, and calls it stale for
+    another run."""
+    path = tmp_path / "supervisor.pid"
+    pidfile.write(path, "r-1")
+    assert pidfile.holder(path, "r-1").record.pid == os.getpid()
+    assert "written for run 'r-1'" in pidfile.holder(path, "r-2").stale
+    assert pidfile.holder(tmp_path / "none.pid", "r-1") == pidfile.Holder()
