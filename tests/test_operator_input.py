@@ -7,6 +7,7 @@ cases a stack or a sandbox needs are in the bus tier, the others in the unit tie
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -295,3 +296,31 @@ def test_a_pid_file_written_by_a_process_names_it_until_it_exits(tmp_path):
     assert pidfile.holder(path, "r-1").record.pid == os.getpid()
     assert "written for run 'r-1'" in pidfile.holder(path, "r-2").stale
     assert pidfile.holder(tmp_path / "none.pid", "r-1") == pidfile.Holder()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.unit
+def test_status_against_a_stopped_server_is_one_line():
+    """No server at the URL: one line naming it and the last connect error, exit 2 (it was
+    one warning per reconnect attempt, then the error)."""
+    url = f"nats://127.0.0.1:{free_port()}"
+    result = whet("status", "--url", url, timeout_s=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert one_line(result) == (f"whet: no NATS server answered at {url} within 10 s (last error: "
+                                f"[Errno 111] Connect call failed ('127.0.0.1', {url.rsplit(':', 1)[1]}))")
+
+
+@pytest.mark.unit
+def test_status_of_a_stopped_run_says_so_in_one_line_without_connecting(tmp_path):
+    """A run whose supervisor (and so its embedded server) is gone: one line, exit 1, at once."""
+    run = stopped_run(tmp_path)
+    result = whet("status", "--run", str(run), timeout_s=8)
+    assert (result.returncode, result.stderr) == (1, "")
+    assert result.stdout == ("run r-1 is not running (its stack and embedded server stopped); "
+                             "start one with 'whet up'\n")
