@@ -90,7 +90,7 @@ class Judge:
         started = time.perf_counter()
         request, attempt = done.request, done.request.attempt
         judgement = judge_run(attempt, request.job, done.result, penalised_turns(attempt), self.config)
-        if judgement.infra and request.retry < self.config.max_retries:
+        if judgement.rerun and request.retry < self.config.max_retries:
             await self.retry(done, judgement)
             self.count("judge.overhead_s", time.perf_counter() - started)
             return

@@ -95,14 +95,15 @@ class ActorFailed(RunError):
 
 
 class InputError(WhetError):
-    """A user-supplied file has a bad record; the message names the file, line and field."""
+    """A user-supplied file has a bad record; the message names the file, line and field
+    (line 0: the whole file)."""
 
     def __init__(self, source: str, line: int, field: str, problem: str) -> None:
         self.source = source
         self.line = line
         self.field = field
         self.problem = problem
-        where = f"{source}:{line}" + (f": {field}" if field else "")
+        where = (f"{source}:{line}" if line else source) + (f": {field}" if field else "")
         super().__init__(f"{where}: {problem}")
 
 

@@ -31,7 +31,7 @@ from nats.js import api
 
 from bus import subjects, tls
 from bus.codec import encode
-from bus.errors import BusError, PermissionDenied, TlsFailed
+from bus.errors import BusError, BusUnavailable, PermissionDenied, TlsFailed
 from bus.messages import Message
 from bus.nats_kv import KeyValueCalls
 from bus.nats_reads import StreamReads
@@ -100,7 +100,8 @@ class BusSettings:
 
 class _ConnectionWatch:
     """The client's callbacks: refusals become `bus.permission_denied` events, a refused
-    login stops the connect attempt, and errors while closing stay quiet."""
+    login stops the connect attempt, and errors while closing stay quiet, as do those of the
+    first connect (kept in `connect_error`: the connect's own error names the last one)."""
 
     def __init__(self, user: str) -> None:
         self.user = user
@@ -111,6 +112,8 @@ class _ConnectionWatch:
         self.login_refused = ""
         self.tls_refused: ssl.SSLError | None = None
         self.connecting: anyio.CancelScope | None = None
+        self.connect_error = ""
+        "The latest error while no connection was made yet."
         self.reconnects = 0
         "How often the connection came back: a watch opened before then is renewed."
 
@@ -131,6 +134,8 @@ class _ConnectionWatch:
                 self.connecting.cancel()  # a refused certificate stays refused
             else:
                 log.error("bus.tls_failed", error=exc.reason or str(exc))
+        elif self.connecting is not None:
+            self.connect_error = text or type(exc).__name__
         elif not self.closing:
             log.warning("bus.error", error=text or type(exc).__name__)
 
@@ -189,7 +194,7 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
 
         A login the server refuses raises PermissionDenied at once (nats-py itself would
         retry it forever), a refused TLS handshake or certificate file TlsFailed; no server
-        within the timeout raises BusUnavailable.
+        within the timeout raises BusUnavailable, in one line naming the last error.
         """
         watch = _ConnectionWatch(settings.user)
         options = _client_options(settings, identity, watch)
@@ -214,6 +219,10 @@ class Bus(KeyValueCalls, StreamReads, StreamReclaim, RequestReplies):
             if watch.tls_refused is not None:
                 raise TlsFailed(tls.explain(watch.tls_refused, settings.url, settings.tls_ca_file,
                                             settings.tls_cert_file))
+            if watch.connecting.cancelled_caught:  # the deadline passed: no retry is left
+                raise BusUnavailable(f"no NATS server answered at {settings.url} within "
+                                     f"{settings.connect_timeout_s:.0f} s (last error: "
+                                     f"{watch.connect_error or 'none'})")
             raise problem
 
         return await retry(attempt, what=f"no NATS server at {settings.url}",

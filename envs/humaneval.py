@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Iterator, Literal
 
 from bus.errors import InputError
+from bus.jsonlines import numbered_lines
 from bus.messages import Limits, Task, Verifier
 from judging.harness.checks import plan_check
 
@@ -75,14 +76,16 @@ def read_bytes(path: Path) -> bytes:
     try:
         data = path.read_bytes()
         return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
-    except (OSError, EOFError) as exc:
-        raise InputError(str(path), 0, "", f"cannot read: {exc}") from None
+    except OSError as exc:
+        raise InputError(str(path), 0, "", f"cannot read: {exc.strerror or exc}") from None
+    except EOFError:
+        raise InputError(str(path), 0, "", "cannot read: the gzip stream is cut short") from None
 
 
 def _records(raw: bytes, source: str, errors: list[InputError]) -> Iterator[tuple[int, dict]]:
-    for line_no, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), start=1):
-        if not line.strip():
-            continue
+    lines, too_long = numbered_lines(raw, source)
+    errors.extend(too_long)
+    for line_no, line in lines:
         try:
             record = json.loads(line)
         except ValueError as exc:

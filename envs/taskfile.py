@@ -1,10 +1,11 @@
 """Task files: JSON lines of `Task` records, read line by line so one bad line loses nothing else.
 
 Consumes a path (or text); produces the tasks that decode, and one `InputError` per bad
-line naming the file, the line and the field (`verifier.kind`, `prompt`, ...). The tag
-field `t` may be left out. Writes tasks back as JSON lines; reads lists of task ids
-(`[envs] train_ids`). It checks shape only; whether a task is any good is `envs.gates`'
-business.
+line naming the file, the line and the field (`verifier.kind`, `prompt`, ...), or one at
+line 0 for a file that cannot be read, is empty or is not text (`bus.jsonlines`). The tag
+field `t` may be left out; a newer version of it is named as such. Writes tasks back as
+JSON lines; reads lists of task ids (`[envs] train_ids`). It checks shape only; whether a
+task is any good is `envs.gates`' business.
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ from typing import IO, Iterable
 import msgspec
 
 from bus.errors import InputError
+from bus.jsonlines import numbered_lines
 from bus.messages import Task, tag_of
 
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _DECODER = msgspec.json.Decoder(Task)
 _TAG = tag_of(Task)
+_TAG_STEM = _TAG.rstrip("0123456789")
+"'whet.task.v': what every version's tag starts with."
 
 
 @dataclass
@@ -41,6 +45,9 @@ def parse_line(line: str, source: str, line_no: int) -> Task:
     if not isinstance(raw, dict):
         raise InputError(source, line_no, "", "expected a JSON object (one Task per line)")
     raw.setdefault("t", _TAG)
+    if isinstance(raw["t"], str) and raw["t"].startswith(_TAG_STEM) and raw["t"] != _TAG:
+        raise InputError(source, line_no, "t", f"{raw['t']!r} is a version this whetstone does not "
+                         f"read (it reads {_TAG}); upgrade whetstone, or write it as {_TAG}")
     try:
         return msgspec.convert(raw, Task)
     except msgspec.ValidationError as exc:
@@ -58,10 +65,28 @@ def parse_line(line: str, source: str, line_no: int) -> Task:
 
 def read_text(text: str, source: str) -> TaskFile:
     """Every task in `text`; blank lines and lines starting with '#' are skipped."""
-    out = TaskFile()
+    return _read_lines(text.encode(), source)
+
+
+def read(path: str | Path) -> TaskFile:
+    """Every task in the file at `path`; a file that cannot be read, is empty or is not text
+    is one error at line 0."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        return TaskFile(errors=[InputError(str(path), 0, "", f"cannot read: {exc.strerror}")])
+    return _read_lines(data, str(path))
+
+
+def _read_lines(data: bytes, source: str) -> TaskFile:
+    try:
+        lines, too_long = numbered_lines(data, source)
+    except InputError as exc:
+        return TaskFile(errors=[exc])
+    out = TaskFile(errors=too_long)
     seen: dict[str, int] = {}
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
+    for line_no, line in lines:
+        if line.lstrip().startswith("#"):
             continue
         try:
             task = parse_line(line, source, line_no)
@@ -75,15 +100,6 @@ def read_text(text: str, source: str) -> TaskFile:
         seen[task.task_id] = line_no
         out.tasks.append(task)
     return out
-
-
-def read(path: str | Path) -> TaskFile:
-    """Every task in the file at `path`; an unreadable file is one error at line 0."""
-    try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return TaskFile(errors=[InputError(str(path), 0, "", f"cannot read: {exc.strerror}")])
-    return read_text(text, str(path))
 
 
 def read_ids(path: str | Path) -> dict[str, int]:

@@ -24,7 +24,12 @@ from sandbox.runner import run_job
 def prepare(attempt: Attempt, config: JudgeConfig, turns: int) -> Judgement | Job:
     """The job that checks the attempt's latest turn, or its judgement when nothing needs to
     run (structured, does not compile, a malformed task, an attempt that cannot be read, a
-    training answer cut at the token limit with `[judge] truncated = "fail"`)."""
+    training answer cut at the token limit with `[judge] truncated = "fail"`). A task whose
+    kind no judge can grade is `infra.bad_task` before anything of the attempt is read, so
+    a broken task is never the model's failure."""
+    why = kinds.problem(attempt.task)
+    if why:
+        return dropped(Cause("infra.bad_task", why), [], [])
     try:
         if config.truncated == "fail" and cut_at_limit(attempt):
             return truncated(turns, config.reward)

@@ -51,6 +51,12 @@ class Judgement:
         """True when an infrastructure failure dropped the attempt (no reward)."""
         return self.outcome == "dropped"
 
+    @property
+    def rerun(self) -> bool:
+        """True when running the job again may judge it: an infrastructure drop other than a
+        bad task (a broken task stays broken, however often it runs)."""
+        return self.infra and self.cause != "infra.bad_task"
+
     def verdict(self, attempt: Attempt, *, judge: str, retries: int = 0) -> Verdict:
         """The `Verdict` of `attempt` (evidence capped, re-runs noted); trainable when a train
         attempt was not dropped."""

@@ -3,9 +3,10 @@
 Consumes attempts (their tasks inside), a sandbox backend and the `JudgeConfig`; produces
 one `Judged` per attempt, in input order. This is the judge's own code path (`judging.drive`)
 with the executor replaced by a direct call to the backend: `whet judge`, the tests and the
-benchmark use it. An attempt whose judgement is an infrastructure failure is re-run after
-the concurrent pass, one at a time (a quiet slot, where starvation by other jobs cannot
-recur), up to `max_retries` times; if it still fails it stays dropped, never rewarded.
+benchmark use it. An attempt whose judgement is an infrastructure failure (a bad task aside)
+is re-run after the concurrent pass, one at a time (a quiet slot, where starvation by other
+jobs cannot recur), up to `max_retries` times; if it still fails it stays dropped, never
+rewarded.
 Whatever an attempt or its result holds, it gets its own judgement (`judgement.unjudgeable`
 at worst): no exception of one attempt stops the others. It does NOT publish anything.
 """
@@ -54,7 +55,7 @@ async def judge_all(attempts: list[Attempt], backend, config: JudgeConfig, *,
             tg.start_soon(one, i)
     judged = [j for j in out if j is not None]
     for item in judged:
-        while item.judgement.infra and item.retries < config.max_retries:
+        while item.judgement.rerun and item.retries < config.max_retries:
             item.infra_causes += (item.judgement.cause,)
             item.retries += 1
             item.judgement, item.result = await judge_once(item.attempt, backend, config)

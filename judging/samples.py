@@ -2,8 +2,9 @@
 
 Consumes the file and the tasks by id; produces `Attempt`s (one single-turn attempt per
 line, `attempt_id` '<task id>#<line>') and an `InputError` per bad line (not JSON, a missing
-or non-string field, a task id not among the tasks), naming the line and field; good lines
-are never lost to a bad one. A sample's task id matches a task's full id, or the part after
+or non-string field, a task id not among the tasks, too long), naming the line and field;
+good lines are never lost to a bad one. A file that cannot be read, is empty or is not text
+is refused whole (`bus.jsonlines`). A sample's task id matches a task's full id, or the part after
 the environment name ('HumanEval/0' matches 'humaneval/HumanEval/0'). It runs nothing.
 """
 
@@ -13,6 +14,7 @@ import json
 from pathlib import Path
 
 from bus.errors import InputError
+from bus.jsonlines import numbered_lines
 from bus.messages import Attempt, Task, Turn
 
 
@@ -27,16 +29,16 @@ def index_tasks(tasks: list[Task]) -> dict[str, Task]:
 
 
 def read_samples(path: str | Path, tasks: dict[str, Task]) -> tuple[list[Attempt], list[InputError]]:
-    """The attempts in `path`, and an error for each line that is not one."""
+    """The attempts in `path`, and an error for each line that is not one; InputError when
+    the file cannot be read, is empty or is not text."""
     source = str(path)
     try:
-        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(source, 0, "", f"cannot read: {exc.strerror}") from None
-    attempts, errors = [], []
-    for line_no, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
+    lines, errors = numbered_lines(data, source)
+    attempts = []
+    for line_no, line in lines:
         try:
             attempts.append(to_attempt(json.loads(line), tasks, source, line_no))
         except ValueError as exc:

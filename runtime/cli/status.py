@@ -1,8 +1,9 @@
 """`whet status`: a running stack's actors, queues, policy version and failing kinds.
 
 Consumes a run or URL; produces tables (`runtime.cli.render`) or JSON of the snapshot that
-`runtime.cli.stack_status` reads from the bus. A run whose stack stopped because a kind kept
-failing is reported from its run directory, with exit status 1. It changes nothing.
+`runtime.cli.stack_status` reads from the bus. A run whose stack stopped (its supervisor is
+gone, and with it the embedded server), or stopped because a kind kept failing, is reported
+from its run directory in one line, with exit status 1. It changes nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import msgspec
 import typer
 from rich.console import Console
 
+from bus.errors import WhetError
 from bus.messages import ActorFailure
+from runtime import config as config_mod
 from runtime.cli import stack_status as status_mod
 from runtime.cli.options import RunOpt, UrlOpt, friendly, open_bus
 from runtime.cli.render import render_failing, render_status
@@ -47,10 +50,24 @@ def status(run: RunOpt = None, url: UrlOpt = None,
 
 
 def _status_of_a_stopped_run(rd: rundir.RunDir, as_json: bool) -> None:
-    """A run whose stack stopped because a kind kept failing: say so from the run directory
-    (its embedded server is gone with it), and exit 1. Other runs: return."""
-    if rd.supervisor_pid() is not None or not rd.failure_file.is_file():
+    """A run whose stack stopped: say so from the run directory (its embedded server is gone
+    with it; why, if a kind kept failing), and exit 1. Running runs, and runs on a server of
+    their own (`[bus] url`, which may outlive the supervisor): return."""
+    if rd.supervisor_pid() is not None:
         return
+    if not rd.failure_file.is_file():
+        try:
+            external = bool(config_mod.load(rd.config_file).bus.url)
+        except WhetError:
+            return
+        if external:
+            return
+        if as_json:
+            typer.echo(json.dumps({"run_id": rd.run_id, "running": False, "failing": []}, indent=2))
+        else:
+            typer.echo(f"run {rd.run_id} is not running (its stack and embedded server stopped); "
+                       "start one with 'whet up'")
+        raise typer.Exit(1)
     failure = msgspec.json.decode(rd.failure_file.read_bytes(), type=ActorFailure)
     if as_json:
         typer.echo(json.dumps({"run_id": rd.run_id, "running": False,

@@ -3,7 +3,8 @@
 Consumes command-line arguments, task files (JSON lines of `Task`) and an optional run
 config (for `[envs.gates]`); produces task files and per-task gate reports on stdout, with
 summaries and bad-line errors (file, line, field) on stderr. A bad line never stops the
-rest of a file. Wiring only: generation, gates and file parsing live in `envs/`.
+rest of a file; a file that cannot be read, is empty or is not text is one line and exit 2.
+Wiring only: generation, gates and file parsing live in `envs/`.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _register_check(tasks: typer.Typer) -> None:
         """Run the intake gates on every task in FILE and print a report per task."""
         _log_to_stderr()
         found = taskfile.read(file)
+        whole = [error for error in found.errors if error.line == 0]
+        if whole:
+            raise whole[0]
         for error in found.errors:
             typer.echo(f"whet: skipped {error}", err=True)
         gates = _gates(config)

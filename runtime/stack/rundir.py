@@ -5,7 +5,8 @@ Consumes a `RunConfig`; produces `runs/<run_id>/` with
 - `nats.url`              the server the run uses (embedded or configured);
 - `nats/`                 the embedded server's JetStream store and log;
 - `logs/<instance>.jsonl` one JSON-lines event log per process;
-- `supervisor.pid`        the process `whet down` signals;
+- `supervisor.pid`        the process `whet down` signals, with its start time and run id
+                          (`runtime.stack.pidfile`), so a reused pid is never signalled;
 - `failure.json`          why the run stopped, when a kind's crash loop stopped it;
 - `checkpoints/`          the learner's kept DeepSpeed checkpoints (`[learner] checkpoint_dir`);
 - `model/`                the final policy as a Hugging Face folder, written by the learner
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from bus.errors import RunError
 from runtime.config import RunConfig, dump
+from runtime.stack import pidfile
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,14 @@ class RunDir:
         except OSError:
             raise RunError(f"{self.path}: no nats.url; is the run started?") from None
 
-    def supervisor_pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text())
-        except (OSError, ValueError):
-            return None
-        from runtime.broker.embedded import alive
+    def supervisor(self) -> pidfile.Holder:
+        """The run's live supervisor (by `supervisor.pid`), or why that file is stale."""
+        return pidfile.holder(self.pid_file, self.run_id)
 
-        return pid if alive(pid) else None
+    def supervisor_pid(self) -> int | None:
+        """The pid of the run's live supervisor; None when none runs."""
+        record = self.supervisor().record
+        return record.pid if record else None
 
 
 def create(cfg: RunConfig) -> RunDir:

@@ -27,7 +27,7 @@ from runtime.broker.cluster import EmbeddedCluster
 from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import bus_settings, topology
-from runtime.stack import autoscale, credentials
+from runtime.stack import autoscale, credentials, pidfile
 from runtime.stack import progress
 from runtime.stack.rundir import RunDir
 from runtime.stack.supervisor import Supervisor
@@ -60,7 +60,7 @@ async def _serve_on(cfg: RunConfig, run_dir: RunDir, secrets: Path | None,
                     server: EmbeddedServer | EmbeddedCluster | None,
                     url: str) -> ActorFailure | None:
     run_dir.url_file.write_text(url + "\n")
-    run_dir.pid_file.write_text(f"{os.getpid()}\n")
+    pidfile.write(run_dir.pid_file, run_dir.run_id)
     from runtime import log as log_mod
 
     sink = log_mod.sink()
