@@ -231,3 +231,16 @@ def test_torch_engine_runs_adapter_versions_live_and_pinned():
     assert (bf16 - _logits(two, ids)).abs().max() < 0.1  # bf16 rounding only
     engine.apply_weights(None)
     assert torch.equal(_logits(live, ids), _logits(load_model(cfg), ids))
+
+
+@pytest.mark.unit
+def test_vllm_starts_with_lora_on_only_for_a_lora_run_at_a_rank_it_accepts(tmp_path):
+    """vLLM's engine arguments: LoRA on, max_lora_rank rounded up to one vLLM allows."""
+    from policy.config import GeneratorConfig, ModelConfig
+    from policy.vllm_engine import engine_args
+
+    (tmp_path / "config.json").write_text("{}")
+    gen, model = GeneratorConfig(engine="vllm"), ModelConfig(path=str(tmp_path))
+    assert "enable_lora" not in engine_args(gen, model, 0)
+    args = engine_args(gen, model, 0, LoraSettings(rank=12))
+    assert args["enable_lora"] and args["max_lora_rank"] == 16 and args["max_loras"] == 2
