@@ -3,16 +3,12 @@
 Consumes a checkpoint folder (`Trainer.save`'s: one `step<N>` folder per kept checkpoint,
 its learner state as client state) and the model config it was trained from; produces a
 folder with config.json, model.safetensors (tied embeddings stored once), the generation
-config if the base model has one, and the tokenizer with its chat template, loadable by
-`AutoModelForCausalLM.from_pretrained` / `AutoTokenizer.from_pretrained`. The folder is
-written beside its target and renamed into place, so a reader never sees half of it.
-
-Weights come from the module state in rank 0's `mp_rank_00_model_states.pt` (ZeRO 0-2: the weights
-the learner trains and publishes, in its training dtype), read with `torch.load` and no
-DeepSpeed; ZeRO-3 shards are gathered with DeepSpeed's `zero_to_fp32` helper. A LoRA
-checkpoint (adapters only) gives the base merged with them, as generators run it, or with
-`adapter` a PEFT adapter folder (adapter_config.json naming the base folder,
-adapter_model.safetensors, the tokenizer). It does NOT train, start DeepSpeed or touch the bus.
+config and the tokenizer with its chat template, written beside its target and renamed in.
+Weights come from rank 0's `mp_rank_00_model_states.pt` (ZeRO 0-2, in the training dtype),
+read without DeepSpeed; ZeRO-3 shards go through DeepSpeed's `zero_to_fp32`. A LoRA
+checkpoint (adapters only) gives the base with them merged, as generators run it, or a PEFT
+adapter folder (adapter_config.json naming the base folder, adapter_model.safetensors, the
+tokenizer). It does NOT train, start DeepSpeed or touch the bus.
 """
 
 from __future__ import annotations
@@ -97,6 +93,13 @@ def state_dict(checkpoint_dir: Path, tag: str) -> dict[str, Any]:
 def holds_adapter(state: dict[str, Any]) -> bool:
     """True when a checkpoint's module state is LoRA adapters alone (`[learner] lora`)."""
     return any(".lora_A." in k for k in state)
+
+
+def checkpoint_holds_adapter(folder: Path) -> bool | None:
+    """Whether checkpoint `folder` holds LoRA adapters (None: no module state to tell by)."""
+    if _states_file(Path(folder)) is None:
+        return None
+    return holds_adapter(_states(Path(folder)).get("module") or {})
 
 
 def export(checkpoint_dir: Path, tag: str, model_cfg: ModelConfig, out: Path,

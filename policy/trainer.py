@@ -1,16 +1,13 @@
 """One DeepSpeed rank of the learner: the policy-gradient step, checkpoints, weight export.
 
 Consumes training samples (the same full list on every rank; each rank takes its shard),
-checkpoint requests and export requests; produces optimizer updates, DeepSpeed
-checkpoints (with the learner's bookkeeping as client state) and bf16 weight bytes on
-rank 0. CPU runs use DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public
-method is collective: all ranks call it in the same order (`policy.ranks` sees to that).
-A checkpoint counts once every rank has written it: rank 0 then points `latest` at it, and
-every rank loads the tag rank 0's `latest` names. With `ranks = "bus"` each rank writes its
-own folder in full (node-local storage), so ranks on several hosts need no shared disk. With
-`[learner] lora` only the adapters train (`policy.lora`): checkpoints leave out the frozen
-base, the weight bytes hold the adapters alone, and the KL reference is the base itself.
-
+checkpoint and export requests; produces optimizer updates, DeepSpeed checkpoints (the
+learner's bookkeeping as client state) and bf16 weight bytes on rank 0 (with `[learner] lora`
+the adapters alone, `policy.lora`; its checkpoints leave out the frozen base). CPU runs use
+DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public method is collective: all
+ranks call it in the same order (`policy.ranks`). A checkpoint counts once every rank wrote
+it: rank 0 then points `latest` at it, and every rank loads the tag rank 0's `latest` names.
+With `ranks = "bus"` each rank writes its own folder in full (node-local storage).
 It knows nothing of the bus, groups or versions.
 """
 
@@ -122,10 +119,25 @@ class Trainer:
                 f"learner rank {self.rank}: rank 0 resumes from checkpoint {tag}, which "
                 f"{self.dir} lacks. Each rank must keep its checkpoint folder across restarts "
                 "(a volume per host), or start afresh with every rank's folder emptied.")
+        self._check_kind(tag)
         # A LoRA checkpoint holds no frozen base weights: those come from the model, as above.
         path, client = self.engine.load_checkpoint(str(self.dir), tag=tag,
                                                    load_module_strict=self.lc.lora is None)
         return dict(client or {}, checkpoint=str(path), optimizer_steps=self.engine.global_steps)
+
+    def _check_kind(self, tag: str) -> None:
+        """ConfigError when checkpoint `tag` holds adapters and LoRA is off, or the reverse."""
+        from bus.errors import ConfigError
+        from policy.export import checkpoint_holds_adapter
+
+        held = checkpoint_holds_adapter(self.dir / tag)
+        if held is None or held == (self.lc.lora is not None):
+            return
+        raise ConfigError(str(self.dir / tag), "learner.lora",
+                          f"this checkpoint holds {'LoRA adapters' if held else 'full weights'} "
+                          f"but [learner] lora is {'off' if held else 'on'}: resume with the "
+                          "setting it was trained with, or start afresh with an empty "
+                          "checkpoint folder")
 
     def _agreed_tag(self) -> str | None:
         """The tag rank 0's `latest` names (None if it has none), on every rank."""

@@ -130,12 +130,15 @@ async def test_a_lora_run_leaves_the_merged_model_and_the_adapter_folder(bus, na
     """One step, then a stop: `<run>/model/` is the base with version 1's adapter merged
     (the logits a generator runs), `<run>/adapter/` a PEFT folder whose PEFT-merged model
     gives the same logits, both loadable by `whet eval`; `whet export-model --adapter`
-    writes the same adapter; a run that trained full weights has none to write (exit 2)."""
+    writes the same adapter; a run that trained full weights has none to write (exit 2);
+    a learner without LoRA refuses to resume the LoRA checkpoint, saying why."""
     from transformers import AutoModelForCausalLM
 
     from policy.lora import merge_adapter, read_adapter
     from policy.model import load_model
     from runtime.cli.eval import model_folder
+    from bus.errors import ConfigError
+    from policy.ranks import RankGroup
     from runtime.cli.main import app
     from tests.test_learner_crash import synthetic_verdicts
 
@@ -186,3 +189,10 @@ async def test_a_lora_run_leaves_the_merged_model_and_the_adapter_folder(bus, na
     done = cli.invoke(app, ["export-model", str(run), "--adapter"])
     out = done.output.strip().splitlines()
     assert done.exit_code == 2 and len(out) == 1 and "no adapter to write" in out[0]
+
+    ranks = RankGroup(full.trainer, run / "checkpoints")
+    try:
+        with pytest.raises(ConfigError, match="holds LoRA adapters but \\[learner\\] lora is off"):
+            await ranks.start()
+    finally:
+        await ranks.close()
