@@ -3,8 +3,8 @@
 Consumes (version, weight parts or None, step, samples) from the learner; produces the
 object and the KV bump for each (`policy.versions`), or, for None, the same weights
 announced under the new number (after a batch with nothing to learn), and prunes
-all but the newest `keep` objects. Each record says what its object holds (full weights, or
-a LoRA adapter and the base it applies to). `submit` returns as soon as the uploader has taken the
+all but the newest `keep` objects; each record says what its object holds (full weights,
+or a LoRA adapter and its base). `submit` returns as soon as the uploader has taken the
 version, so the next learner step trains while the weights travel; one upload runs at a
 time, so versions are announced in order. It does not decide when to publish.
 """

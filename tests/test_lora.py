@@ -121,7 +121,7 @@ def test_merging_onto_kept_base_values_never_stacks_adapters():
     """Two adapters merged one after the other onto the kept base: the second alone counts."""
     from policy.lora import base_values
 
-    first, second = read_adapter(adapter_bytes(trained_toy())), None
+    first = read_adapter(adapter_bytes(trained_toy()))
     other = trained_toy()
     with torch.no_grad():
         for name, p in other.named_parameters():
