@@ -146,7 +146,8 @@ async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Serve assignments and continuations until `bus.stopping` is set."""
     engine = await anyio.to_thread.run_sync(open_engine, config.generator, config.model,
-                                            config.run.seed + _instance_salt(bus))
+                                            config.run.seed + _instance_salt(bus),
+                                            config.learner.lora)
     follower = WeightFollower(bus, engine)
     generator = Generator(bus, config, engine, follower)
     async with anyio.create_task_group() as tg:

@@ -1,15 +1,16 @@
 """The learner actor: GRPO-style updates with DeepSpeed, then new weights for the generators.
 
 Consumes `Verdict`s (durable `learner` on whet.v1.verdicts.train), each held unacked until
-the checkpoint that contains its update is written. Publishes bf16 weights in the object
-store and the new `WeightVersion` in KV after each update (or every `publish_every`; every
-batch in sync mode), pruning old versions; writes each step's typed `StepRecord` to KV
-whet-run (`learner.step.<step>`), which progress reads for train.csv and the stop at
-`max_steps`, and logs `learner.step_completed` naming every verdict id it consumed. It is
-DeepSpeed rank 0; the other ranks are its children or `learner_rank` actors met through the
-bus (`policy.ranks`). Checkpoints hold a `policy.checkpoint.LearnerState`, so a restart
-resumes with optimizer state and never trains a sample twice (`Learner`). When it stops, it
-writes the newest checkpoint as a Hugging Face folder, `<run dir>/model/` (`policy.export`).
+the checkpoint that contains its update is written. Publishes bf16 weights (with `[learner]
+lora`, the adapters alone) in the object store and the new `WeightVersion` in KV after each
+update (or every `publish_every`; every batch in sync mode), pruning old versions; writes
+each step's typed `StepRecord` to KV whet-run (`learner.step.<step>`), which progress reads
+for train.csv and the stop at `max_steps`, and logs `learner.step_completed` naming every
+verdict id it consumed. It is DeepSpeed rank 0; the other ranks are its children or
+`learner_rank` actors met through the bus (`policy.ranks`). Checkpoints hold a
+`policy.checkpoint.LearnerState`, so a restart resumes with optimizer state and never trains
+a sample twice (`Learner`). When it stops, it writes the newest checkpoint as a Hugging Face
+folder, `<run dir>/model/` (`policy.export`; with LoRA merged, plus `<run dir>/adapter/`).
 It does not sample, judge or choose tasks, and it never sees eval verdicts.
 """
 
@@ -53,6 +54,27 @@ def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
     return Path(tempfile.mkdtemp(prefix="whet-learner-"))
 
 
+KEEP_ADAPTERS_MOST = 64
+"Most adapter versions kept for the staleness window (a generator follows the 64 newest)."
+
+
+def published_kind(config: RunConfig) -> tuple[str, str]:
+    """What each version's object holds ('full' or 'lora') and the base of an adapter."""
+    if config.learner.lora is None:
+        return "full", ""
+    return "lora", config.model.path or config.model.name
+
+
+def kept_versions(config: RunConfig) -> int:
+    """Versions kept in the object store: `keep_versions`, and with LoRA (megabytes each)
+    at least every version inside the staleness window, so a generator that lags, or a
+    held-out round that names one, can still read it."""
+    keep = config.learner.keep_versions
+    if config.learner.lora is None:
+        return keep
+    return max(keep, min(config.training.staleness + 2, KEEP_ADAPTERS_MOST))
+
+
 class Learner:
     """Rank 0's bookkeeping around the trainer: buffer, ledger, version, and what is unsaved.
 
@@ -79,7 +101,7 @@ class Learner:
         self.step = resumed.step
         self.samples = resumed.samples
         self.ledger = Ledger.from_state(resumed.consumed_verdicts, resumed.consumed_groups)
-        self.publisher = Publisher(bus, self.lc.keep_versions)
+        self.publisher = Publisher(bus, kept_versions(config), *published_kind(config))
         self.object_name = resumed.object_name
         "Object holding the weights of `version` ('' for the initial weights)."
         self.unpublished = 0
@@ -325,20 +347,26 @@ class Learner:
 
 
 async def export_final(config: RunConfig, bus: Bus, ckpt_dir: Path) -> None:
-    """Write the checkpoint `latest` names as `<run dir>/model/` (nothing without a run
-    directory or a checkpoint). A failure is logged; it never stops the learner's exit."""
+    """Write the checkpoint `latest` names as `<run dir>/model/` (with LoRA: merged, and the
+    adapter folder as `<run dir>/adapter/`; nothing without a run directory or a checkpoint).
+    A failure is logged; it never stops the learner's exit."""
     latest = ckpt_dir / "latest"
     if not bus.identity.run_dir or not latest.is_file():
         return
-    tag, out = latest.read_text().strip(), Path(bus.identity.run_dir) / "model"
-    began = time.monotonic()
-    try:
-        await anyio.to_thread.run_sync(export, ckpt_dir, tag, config.model, out)
-    except Exception as exc:  # the checkpoints stay: `whet export-model` can retry
-        log.error("learner.model_export_failed", checkpoint=tag, error=repr(exc))
-        return
-    log.info("learner.model_exported", checkpoint=tag, path=str(out),
-             seconds=round(time.monotonic() - began, 3))
+    tag, run_dir = latest.read_text().strip(), Path(bus.identity.run_dir)
+    lora = config.learner.lora
+    for out, adapter in ((run_dir / "model", False), (run_dir / "adapter", True)):
+        if adapter and lora is None:
+            continue
+        began = time.monotonic()
+        try:
+            await anyio.to_thread.run_sync(partial(export, ckpt_dir, tag, config.model, out,
+                                                   lora=lora, adapter=adapter))
+        except Exception as exc:  # the checkpoints stay: `whet export-model` can retry
+            log.error("learner.model_export_failed", checkpoint=tag, error=repr(exc))
+            return
+        log.info("learner.model_exported", checkpoint=tag, path=str(out), adapter=adapter,
+                 seconds=round(time.monotonic() - began, 3))
 
 
 async def run(bus: Bus, config: RunConfig, *,

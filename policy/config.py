@@ -93,6 +93,27 @@ class GeneratorConfig(Section):
     "vLLM engine settings."
 
 
+LLAMA_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+"Every linear layer of a Llama decoder block (SmolLM2's names)."
+
+
+class LoraSettings(Section):
+    """LoRA for the learner, `[learner] lora = { rank, alpha, dropout, target_modules }`: the
+    base weights stay frozen and only low-rank adapters on `target_modules` train (PEFT)."""
+
+    rank: Annotated[int, msgspec.Meta(ge=1, le=512)] = 16
+    "Rank r of each adapter (A is r x in, B is out x r)."
+    alpha: Annotated[float, msgspec.Meta(gt=0)] = 32.0
+    "Scale numerator: an adapter adds (alpha / rank) * B @ A to its weight."
+    dropout: Annotated[float, msgspec.Meta(ge=0, lt=1)] = 0.0
+    "Dropout on the adapters' input while training (the generators apply none)."
+    target_modules: Annotated[list[str], msgspec.Meta(min_length=1)] = msgspec.field(
+        default_factory=lambda: list(LLAMA_LINEAR))
+    ("Names of the linear layers that get an adapter (PEFT's `target_modules`, matched on the "
+     "last part of a module's name). Default: every linear layer of the decoder blocks. The "
+     "embedding and lm_head (tied to it) cannot take one.")
+
+
 class LearnerConfig(Section):
     """The learner's section, `[learner]`: DeepSpeed, the objective, checkpoints and publishing."""
 
@@ -178,6 +199,11 @@ class LearnerConfig(Section):
     rendezvous_timeout_s: Seconds = 300.0
     ("bus ranks: how long a rank waits for a generation to join, and rank 0 for the other "
      "ranks to arrive, before it fails saying who is missing.")
+    lora: LoraSettings | None = None
+    ("Train LoRA adapters instead of every weight (off when absent). Each version then "
+     "carries only the adapter weights (megabytes): generators add them to the base they "
+     "hold. Checkpoints hold the adapters and their optimizer state, not the frozen base. "
+     "lr and every other setting keep their meaning. ZeRO stage 3 is not supported with it.")
 
 
 class TrainerConfig(Section):

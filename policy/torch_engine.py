@@ -2,7 +2,10 @@
 
 Consumes sample requests and weight versions through `policy.engine.BatchingEngine`;
 produces samples with per-token logprobs. Each batch is left-padded and decoded with a KV
-cache (`policy.sampling.sample_rows`). It does not talk to the bus.
+cache (`policy.sampling.sample_rows`). A version that is a LoRA adapter is merged into the
+weights (`policy.lora`): onto a copy of the base weights it adapts, kept from the first
+adapter on, so versions never stack; a pinned copy is its own base plus that adapter. It
+does not talk to the bus.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from policy import model as model_source
 from policy.chat import hf_chat_format
 from policy.engine import BatchingEngine, RowSettings
+from policy.lora import Adapter, base_values, is_adapter, merge_adapter, read_adapter
 from policy.precision import weights_dtype
 from policy.sampling import sample_rows
 from policy.weights import decode_state, install_state
@@ -40,8 +44,10 @@ class TorchEngine(BatchingEngine):
         self.model = model_source.load_model(model_cfg, self.dtype, self.device)
         self.models = {self.dtype: self.model}
         "The weights in each dtype asked for (a row's `dtype`, e.g. float32 for eval)."
-        self.state: dict | None = None
-        "The weights installed last (None: version 0), for a dtype loaded later."
+        self.state: dict | Adapter | None = None
+        "The weights installed last (None: version 0; an Adapter: the base plus it), for a dtype loaded later."
+        self.bases: dict[str, dict[str, torch.Tensor]] = {}
+        "By dtype: the base values of the weights adapters change (kept from the first adapter on)."
         self.pinned_models: dict[int, Any] = {}
         "Pinned copies by version (`Engine.pin`): models of their own, untouched by `apply_weights`."
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -56,10 +62,9 @@ class TorchEngine(BatchingEngine):
         dtype = dtype or self.dtype
         if dtype not in self.models:
             model = model_source.load_model(self.model_cfg, dtype, self.device)
-            if self.state is not None:
-                with torch.inference_mode():
-                    install_state(model, self.state)
             self.models[dtype] = model
+            if self.state is not None:
+                self._install(dtype, model)
             log.info("generator.dtype_loaded", dtype=dtype)
         return self.models[dtype]
 
@@ -84,19 +89,38 @@ class TorchEngine(BatchingEngine):
                                self.rng, self.device)
 
     def apply_weights(self, blob: bytes | bytearray | None) -> None:
-        self.state = None if blob is None else decode_state(blob)
+        state = None if blob is None else \
+            read_adapter(blob) if is_adapter(blob) else decode_state(blob)
+        if isinstance(state, Adapter) and isinstance(self.state, dict):
+            self.bases.clear()  # full weights ran last: start again from the whole base
+        self.state = state
         for dtype, model in self.models.items():
-            state = self.state
+            self._install(dtype, model)
+
+    def _install(self, dtype: str, model: Any) -> None:
+        """Put `self.state` into `model` (of `dtype`)."""
+        state = self.state
+        with torch.inference_mode():
+            if isinstance(state, Adapter):
+                if not state.factors.keys() <= self.bases.get(dtype, {}).keys():
+                    # the first adapter: install the whole base, keep a copy of what it adapts
+                    fresh = model_source.load_model(self.model_cfg, dtype, self.device)
+                    self.bases[dtype] = base_values(fresh, list(state.factors))
+                    install_state(model, fresh.state_dict())
+                merge_adapter(model, state, self.bases[dtype])
+                return
             if state is None:
                 state = model_source.load_model(self.model_cfg, dtype, self.device).state_dict()
-            with torch.inference_mode():
-                install_state(model, state)
+            install_state(model, state)
 
     def apply_pinned(self, version: int, blob: bytes | bytearray | None, dtype: str) -> None:
         model = model_source.load_model(self.model_cfg, dtype or self.dtype, self.device)
         if blob is not None:
             with torch.inference_mode():
-                install_state(model, decode_state(blob))
+                if is_adapter(blob):  # a fresh model is the base: merge onto it
+                    merge_adapter(model, read_adapter(blob))
+                else:
+                    install_state(model, decode_state(blob))
         self.pinned_models[version] = model
 
     def drop_pinned(self, version: int) -> None:

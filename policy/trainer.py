@@ -1,26 +1,26 @@
 """One DeepSpeed rank of the learner: the policy-gradient step, checkpoints, weight export.
 
 Consumes training samples (the same full list on every rank; each rank takes its shard),
-checkpoint requests and export requests; produces optimizer updates, DeepSpeed
-checkpoints (with the learner's bookkeeping as client state) and bf16 weight bytes on
-rank 0. CPU runs use DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public
-method is collective: all ranks call it in the same order (`policy.ranks` sees to that).
-A checkpoint counts once every rank has written it: rank 0 then points `latest` at it, and
-every rank loads the tag rank 0's `latest` names. With `ranks = "bus"` each rank writes its
-own folder in full (node-local storage), so ranks on several hosts need no shared disk.
-
+checkpoint and export requests; produces optimizer updates, DeepSpeed checkpoints (the
+learner's bookkeeping as client state) and bf16 weight bytes on rank 0 (with `[learner] lora`
+the adapters alone, `policy.lora`; its checkpoints leave out the frozen base). CPU runs use
+DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public method is collective: all
+ranks call it in the same order (`policy.ranks`). A checkpoint counts once every rank wrote
+it: rank 0 then points `latest` at it, and every rank loads the tag rank 0's `latest` names.
+With `ranks = "bus"` each rank writes its own folder in full (node-local storage).
 It knows nothing of the bus, groups or versions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
 from policy.config import LearnerConfig, TrainerConfig
@@ -95,6 +95,11 @@ class Trainer:
             join(backend)  # deepspeed then adopts the group
         deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(days=7))
         model = load_model(self.config.model, "float32", self.device)
+        if self.lc.lora is not None:
+            from policy.lora import trainable_state_only, wrap
+
+            model = wrap(model, self.lc.lora)
+            trainable_state_only(model)
         model.train()
         self.pad_id = model.config.pad_token_id or 0
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
@@ -102,7 +107,7 @@ class Trainer:
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=ds_config(self.lc, self.world))
         self.reference = None
-        if self.lc.kl_coef > 0:
+        if self.lc.kl_coef > 0 and self.lc.lora is None:  # with LoRA: the adapters switched off
             self.reference = load_model(self.config.model,
                                         weights_dtype("auto", self.lc.device), self.device)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -114,8 +119,25 @@ class Trainer:
                 f"learner rank {self.rank}: rank 0 resumes from checkpoint {tag}, which "
                 f"{self.dir} lacks. Each rank must keep its checkpoint folder across restarts "
                 "(a volume per host), or start afresh with every rank's folder emptied.")
-        path, client = self.engine.load_checkpoint(str(self.dir), tag=tag)
+        self._check_kind(tag)
+        # A LoRA checkpoint holds no frozen base weights: those come from the model, as above.
+        path, client = self.engine.load_checkpoint(str(self.dir), tag=tag,
+                                                   load_module_strict=self.lc.lora is None)
         return dict(client or {}, checkpoint=str(path), optimizer_steps=self.engine.global_steps)
+
+    def _check_kind(self, tag: str) -> None:
+        """ConfigError when checkpoint `tag` holds adapters and LoRA is off, or the reverse."""
+        from bus.errors import ConfigError
+        from policy.export import checkpoint_holds_adapter
+
+        held = checkpoint_holds_adapter(self.dir / tag)
+        if held is None or held == (self.lc.lora is not None):
+            return
+        raise ConfigError(str(self.dir / tag), "learner.lora",
+                          f"this checkpoint holds {'LoRA adapters' if held else 'full weights'} "
+                          f"but [learner] lora is {'off' if held else 'on'}: resume with the "
+                          "setting it was trained with, or start afresh with an empty "
+                          "checkpoint folder")
 
     def _agreed_tag(self) -> str | None:
         """The tag rank 0's `latest` names (None if it has none), on every rank."""
@@ -215,9 +237,9 @@ class Trainer:
                  "is_weight": float((diag["weight"] * mask).sum()),
                  "masked_frac": float(((1.0 - diag["kept"]) * mask).sum()),
                  "behav_gap": float(((prox - batch["behav"]).abs() * mask).sum())}
-        if self.reference is not None:
-            with torch.no_grad():
-                ref = self._logprobs(self.reference, batch)
+        if self.lc.kl_coef > 0:
+            with torch.no_grad(), self._reference() as reference:
+                ref = self._logprobs(reference, batch)
             kl = kl_to_reference(logp, ref)
             per_token = per_token + self.lc.kl_coef * kl
             stats["kl"] = float((kl.detach() * mask).sum())
@@ -230,13 +252,23 @@ class Trainer:
         stats["loss"] = float(sums.detach().sum())
         return loss, stats
 
+    @contextlib.contextmanager
+    def _reference(self) -> Iterator[Any]:
+        """The initial policy: the reference model, or with LoRA this one, adapters off."""
+        if self.reference is not None:
+            yield self.reference
+            return
+        with self.engine.module.disable_adapter():
+            yield self.engine
+
     def save(self, tag: str, client_state: dict) -> None:
         """Write a checkpoint (model, optimizer, and `client_state`: the learner's
         `policy.checkpoint.LearnerState.to_client()`); keep the newest few."""
         self._bind()
         # DeepSpeed would write `latest` before every rank is done; it returns after a barrier.
         self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,
-                                    save_latest=False)
+                                    save_latest=False,
+                                    exclude_frozen_parameters=self.lc.lora is not None)
         if self.rank == 0:
             partial = self.dir / "latest.partial"
             partial.write_text(tag)
@@ -262,11 +294,19 @@ class Trainer:
             dist.destroy_process_group()
 
     def weights(self, copy: bool = False) -> list[memoryview] | None:
-        """The current weights as bf16 safetensors parts on rank 0 (None elsewhere); with
-        `copy`, parts that later steps do not change."""
+        """The current weights as bf16 safetensors parts on rank 0 (None elsewhere): with
+        LoRA the adapters alone (`policy.lora.encode_adapter`). With `copy`, parts that later
+        steps do not change."""
         from policy.weights import encode_parts
 
         self._bind()
+        if self.lc.lora is not None:
+            from policy.lora import adapter_state, encode_adapter
+
+            if self.rank != 0:
+                return None
+            base = self.config.model.path or self.config.model.name
+            return encode_adapter(adapter_state(self.engine.module), self.lc.lora, base, copy=copy)
         if self.lc.zero_stage == 3:
             state = self.engine._zero3_consolidated_16bit_state_dict()
         else:

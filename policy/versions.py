@@ -38,16 +38,18 @@ async def announce(bus: Bus, version: WeightVersion) -> None:
 
 
 async def publish_weights(bus: Bus, version: int, blob: bytes | Sequence[memoryview], *,
-                          step: int, samples: int) -> WeightVersion:
-    """Store `blob` (bytes, or parts stored back to back) as `version` and announce it."""
+                          step: int, samples: int, weights: str = "full",
+                          base: str = "") -> WeightVersion:
+    """Store `blob` (bytes, or parts stored back to back) as `version` and announce it
+    (`weights`, `base`: what the record says it holds, `WeightVersion`)."""
     began = time.monotonic()
     stored = await put_object(bus, subjects.BUCKET_WEIGHTS, object_name(version), blob)
     record = WeightVersion(version=version, object_name=stored.name, size=stored.size,
                            sha256=stored.sha256, dtype="bfloat16", step=step,
-                           samples=samples, created_at=time.time())
+                           samples=samples, created_at=time.time(), weights=weights, base=base)
     await announce(bus, record)
     log.info("learner.weights_published", policy_version=version, bytes=stored.size,
-             chunks=stored.chunks, seconds=round(time.monotonic() - began, 3))
+             weights=weights, chunks=stored.chunks, seconds=round(time.monotonic() - began, 3))
     return record
 
 

@@ -9,7 +9,11 @@ A new version is installed without restarting anything: new requests wait at a g
 ones already admitted finish (so no request mixes two versions and each is stamped with
 the version it ran on), vLLM pauses (`pause_generation`, dropping the prefix cache), each
 worker loads the safetensors file through `policy.vllm_worker.WeightLoader`
-(`collective_rpc`), and generation resumes.
+(`collective_rpc`), and generation resumes. With `[learner] lora` vLLM starts with LoRA on
+and an adapter version is served through it instead (untested here: no GPU with vLLM): its
+bytes (already an adapter_model.safetensors) are written to a folder with its
+adapter_config.json, added with `add_lora`, and every later request names it; requests
+already running finish on the adapter they started with, so nothing pauses.
 
 vLLM is imported only here, so nothing else needs it installed.
 """
@@ -17,7 +21,9 @@ vLLM is imported only here, so nothing else needs it installed.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,32 +35,49 @@ import structlog
 from policy import model as model_source
 from policy.chat import hf_chat_format
 from policy.engine import Engine, Sample, SampleRequest
+from policy.lora import is_adapter, read_adapter
 
 log = structlog.get_logger("policy.vllm_engine")
 
 
-def engine_args(generator_cfg: Any, model_cfg: Any, seed: int) -> dict[str, Any]:
-    """Keyword arguments of vLLM's AsyncEngineArgs for this config."""
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+"The values vLLM accepts for max_lora_rank (its LoRAConfig)."
+LORAS_HELD = 2
+"Adapters held at once: the current version's, and the one requests started on may still use."
+
+
+def engine_args(generator_cfg: Any, model_cfg: Any, seed: int,
+                lora: Any = None) -> dict[str, Any]:
+    """Keyword arguments of vLLM's AsyncEngineArgs for this config (`lora`: `[learner] lora`)."""
     folder = str(model_source.model_dir(model_cfg))
     v = generator_cfg.vllm
-    return dict(model=folder, tokenizer=folder, dtype=generator_cfg.dtype, seed=seed,
+    args = dict(model=folder, tokenizer=folder, dtype=generator_cfg.dtype, seed=seed,
                 max_model_len=model_cfg.max_context, max_num_seqs=v.max_num_seqs,
                 gpu_memory_utilization=v.gpu_memory_utilization, enforce_eager=v.enforce_eager,
                 enable_prefix_caching=True, logprobs_mode="processed_logprobs",
                 worker_extension_cls="policy.vllm_worker.WeightLoader")
+    if lora is not None:
+        rank = next(r for r in VLLM_LORA_RANKS if r >= lora.rank)
+        args.update(enable_lora=True, max_lora_rank=rank, max_loras=LORAS_HELD)
+    return args
 
 
 class VllmEngine(Engine):
     """The `vllm` engine: vLLM's async engine with continuous batching (GPU)."""
 
-    def __init__(self, generator_cfg: Any, model_cfg: Any, seed: int) -> None:
+    def __init__(self, generator_cfg: Any, model_cfg: Any, seed: int, lora: Any = None) -> None:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.chat = hf_chat_format(model_source.load_tokenizer(model_cfg))
         self.model_cfg = model_cfg
         self.llm = AsyncLLM.from_engine_args(
-            AsyncEngineArgs(**engine_args(generator_cfg, model_cfg, seed)))
+            AsyncEngineArgs(**engine_args(generator_cfg, model_cfg, seed, lora)))
+        self.lora_enabled = lora is not None
+        self._adapter: Any = None
+        "The LoRARequest of the running version (None: the base)."
+        self._adapters: list[tuple[Any, Path]] = []
+        "Adapters added, oldest first, with their folders."
         self._ids = itertools.count()
         self._open = anyio.Event()
         self._open.set()
@@ -80,12 +103,13 @@ class VllmEngine(Engine):
                                 include_stop_str_in_output=s.include_stop,
                                 logprobs=0, output_kind=RequestOutputKind.FINAL_ONLY)
         await self._open.wait()
-        version = self.version
+        version, adapter = self.version, self._adapter
         self._enter()
         try:
             final = None
             async for out in self.llm.generate(TokensPrompt(prompt_token_ids=request.context),
-                                               params, request_id=f"whet-{next(self._ids)}"):
+                                               params, request_id=f"whet-{next(self._ids)}",
+                                               lora_request=adapter):
                 final = out
         finally:
             self._leave()
@@ -109,6 +133,9 @@ class VllmEngine(Engine):
             self._drained.set()
 
     async def load_weights(self, version: int, blob: bytes | bytearray | None) -> None:
+        if self.lora_enabled and (blob is None or is_adapter(blob)):
+            await self._use_adapter(version, blob)
+            return
         self._open = anyio.Event()
         try:
             await self._drained.wait()
@@ -126,8 +153,7 @@ class VllmEngine(Engine):
             self._open.set()
 
     async def _load_bytes(self, blob: bytes | bytearray) -> None:
-        folder = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
-        fd, name = tempfile.mkstemp(prefix="whet-weights-", suffix=".safetensors", dir=folder)
+        fd, name = tempfile.mkstemp(prefix="whet-weights-", suffix=".safetensors", dir=_scratch())
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(blob)
@@ -135,6 +161,33 @@ class VllmEngine(Engine):
         finally:
             os.unlink(name)
 
+    async def _use_adapter(self, version: int, blob: bytes | bytearray | None) -> None:
+        """Serve `version` as base + its adapter (None: the base alone) from the next request on."""
+        if blob is None:
+            self._adapter, self.version = None, version
+            return
+        from vllm.lora.request import LoRARequest
+
+        adapter = read_adapter(blob)
+        folder = Path(tempfile.mkdtemp(prefix=f"whet-lora-v{version}-", dir=_scratch()))
+        (folder / "adapter_model.safetensors").write_bytes(blob)
+        config = adapter.config_json(str(model_source.model_dir(self.model_cfg)))
+        (folder / "adapter_config.json").write_text(json.dumps(config))
+        request = LoRARequest(lora_name=f"policy-v{version}", lora_int_id=version + 1,
+                              lora_path=str(folder))
+        await self.llm.add_lora(request)
+        self._adapters.append((request, folder))
+        self._adapter, self.version = request, version
+        while len(self._adapters) > LORAS_HELD:
+            old, old_folder = self._adapters.pop(0)
+            await self.llm.remove_lora(old.lora_int_id)
+            shutil.rmtree(old_folder, ignore_errors=True)
+
     @property
     def stats(self) -> dict[str, float]:
         return {"tokens": float(self._tokens)}
+
+
+def _scratch() -> Path:
+    """Memory-backed scratch space where there is one."""
+    return Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())

@@ -20,9 +20,10 @@ _NAMES = {v: k for k, v in _DTYPES.items()}
 
 
 def encode_parts(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16,
-                 copy: bool = False) -> list[memoryview]:
+                 copy: bool = False, metadata: dict[str, str] | None = None) -> list[memoryview]:
     """A safetensors file of `state` in `dtype` as [header, tensor bytes...]; each shared
-    storage is stored once. Unless `copy`, parts may view the tensors themselves."""
+    storage is stored once; `metadata` joins the header's `__metadata__`. Unless `copy`,
+    parts may view the tensors themselves."""
     tensors: dict[str, torch.Tensor] = {}
     seen: set[tuple[int, int, tuple[int, ...]]] = set()
     for name, tensor in state.items():
@@ -31,7 +32,7 @@ def encode_parts(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bflo
             continue
         seen.add(key)
         tensors[name] = tensor.detach().to("cpu", dtype, copy=copy).contiguous()
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", **(metadata or {})}}
     offset = 0
     for name, tensor in tensors.items():
         size = tensor.numel() * tensor.element_size()
@@ -48,6 +49,12 @@ def encode_parts(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bflo
 def encode_state(state: dict[str, torch.Tensor], dtype: torch.dtype = torch.bfloat16) -> bytes:
     """The same file as one bytes object."""
     return b"".join(encode_parts(state, dtype))
+
+
+def read_metadata(buffer: bytes | bytearray | memoryview) -> dict[str, str]:
+    """The `__metadata__` of a safetensors `buffer` (strings only, by the format)."""
+    size = int.from_bytes(bytes(buffer[:8]), "little")
+    return dict(json.loads(bytes(buffer[8:8 + size])).get("__metadata__") or {})
 
 
 def decode_state(buffer: bytes | bytearray | memoryview) -> dict[str, torch.Tensor]:

@@ -134,6 +134,7 @@ def _convert(data: dict[str, Any], source: str) -> RunConfig:
     _check_eval_sampling(cfg, source)
     _check_tls(cfg, source)
     _check_learner_ranks(cfg, source)
+    _check_lora(cfg, source)
     problem = sync_interval_problem(cfg.bus.sync_interval)
     if problem:
         raise ConfigError(source, "bus.sync_interval", problem)
@@ -201,6 +202,25 @@ def _check_learner_ranks(cfg: RunConfig, source: str) -> None:
                           f"{count} ranks besides rank 0, but [learner] world_size = "
                           f"{lc.world_size} needs {lc.world_size - 1} (or leave it out and run "
                           "them elsewhere)")
+
+
+UNTARGETABLE = ("embed_tokens", "lm_head")
+"Layers LoRA may not adapt: the embedding, and the output head tied to it."
+
+
+def _check_lora(cfg: RunConfig, source: str) -> None:
+    lora = cfg.learner.lora
+    if lora is None:
+        return
+    if cfg.learner.zero_stage == 3:
+        raise ConfigError(source, "learner.zero_stage",
+                          "[learner] lora works with ZeRO stages 0-2 (the adapters are small: "
+                          "stage 3 partitions nothing worth it); set zero_stage = 2 or lower")
+    for name in lora.target_modules:
+        if not name or name.split(".")[-1] in UNTARGETABLE:
+            raise ConfigError(source, "learner.lora.target_modules",
+                              f"{name!r} cannot take an adapter (the embedding and lm_head are "
+                              "tied); name linear layers of the decoder blocks, e.g. q_proj")
 
 
 def _check_eval_sampling(cfg: RunConfig, source: str) -> None:

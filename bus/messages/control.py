@@ -34,6 +34,11 @@ class WeightVersion(Message, tag="whet.weights.v1"):
     "Samples trained on so far."
     created_at: float = 0.0
     "Unix time of publication."
+    weights: str = "full"
+    ("What the object holds: 'full' (every weight) or 'lora' (only LoRA adapter weights, "
+     "which a generator adds to the `base` it holds; the object's header has rank and alpha).")
+    base: str = ""
+    "lora: the base model the adapter applies to (the learner's [model] name or path)."
 
 
 class StepRecord(Message, tag="whet.step.v1"):

@@ -1,12 +1,13 @@
 """`whet eval MODEL_DIR` / `whet eval --endpoint URL --model NAME`: a held-out round, no stack.
 
-Consumes a Hugging Face model folder (or a run folder, whose `model/` it takes) or an
-OpenAI-compatible endpoint, a config (`--config`, else the run folder's resolved config, else
-configs/default.toml, else the defaults) and overrides of its task choice (`--env`, `--split`,
-`--per-domain`); produces on stdout each domain's pass rate k/n with its 95% interval and mean
-reward, with `--baseline` (a file this verb wrote) the paired change by domain, and with
-`--out` that file (`runtime.evaluate.record`). Tasks, judging and statistics are the
-evaluator's (`runtime.evaluate`). Bad input is one line and exit 2, checked before any work.
+Consumes a Hugging Face model folder, a PEFT LoRA adapter folder (its base, adapter merged),
+a run folder (its `model/`) or an OpenAI-compatible endpoint, a config (`--config`, else the
+run folder's resolved config, else configs/default.toml, else the defaults) and overrides of
+its task choice (`--env`, `--split`, `--per-domain`); produces on stdout each domain's pass
+rate k/n with its 95% interval and mean reward, with `--baseline` (a file this verb wrote)
+the paired change by domain, and with `--out` that file (`runtime.evaluate.record`). Tasks,
+judging and statistics are the evaluator's (`runtime.evaluate`). Bad input is one line and
+exit 2, checked before any work.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import typer
 from bus.errors import WhetError
 from bus.messages import EvalRound
 from policy.config import ModelConfig
-from policy.model import weights_problem
+from policy.model import is_adapter_folder, weights_problem
 from runtime import config as config_mod
 from runtime import log as log_mod
 from runtime.cli.options import friendly
@@ -38,7 +39,7 @@ SPLITS = ("heldout", "validation")
 LABEL = "whet-eval"
 
 ModelDirArg = Annotated[Optional[Path], typer.Argument(
-    help="A Hugging Face model folder, or a run folder (its model/).")]
+    help="A Hugging Face model folder, a LoRA adapter folder, or a run folder (its model/).")]
 ConfigOpt = Annotated[Optional[Path], typer.Option(
     "--config", "-c", help="Run config (default: the run folder's, else configs/default.toml).")]
 EnvOpt = Annotated[Optional[list[str]], typer.Option(
@@ -64,7 +65,7 @@ def model_folder(path: Path) -> Path:
     """The model folder `path` names: itself, or a run folder's `model/`."""
     if not path.is_dir():
         raise WhetError(f"eval: {path}: {'not a folder' if path.exists() else 'no such folder'}")
-    if (path / "config.json").is_file():
+    if (path / "config.json").is_file() or is_adapter_folder(path):
         folder = path
     elif (path / "model" / "config.json").is_file():
         folder = path / "model"
@@ -72,8 +73,8 @@ def model_folder(path: Path) -> Path:
         raise WhetError(f"eval: run {path} has no model/ yet (the learner writes it when it "
                         f"stops); write a kept version with 'whet export-model {path}'")
     else:
-        raise WhetError(f"eval: {path} is not a model folder (no config.json) nor a run folder "
-                        "with model/config.json")
+        raise WhetError(f"eval: {path} is not a model folder (no config.json), a LoRA adapter "
+                        "folder (adapter_config.json) nor a run folder with model/config.json")
     problem = weights_problem(ModelConfig(path=str(folder)))
     if problem:
         raise WhetError(f"eval: {problem}")
