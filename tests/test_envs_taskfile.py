@@ -145,7 +145,7 @@ def test_an_unreadable_training_task_list_is_named(tmp_path):
     from runtime.stack import preflight
 
     missing = str(tmp_path / "absent.txt")
-    with pytest.raises(InputError, match="absent.txt:0: cannot read"):
+    with pytest.raises(InputError, match="absent.txt: cannot read"):
         collect(EnvsConfig(train_ids=missing), seed=0, split="train")
     cfg = RunConfig()
     cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, train_ids=missing),
