@@ -11,6 +11,8 @@ markdown table from the JSONs there: pass rate at v12 with its 95% interval, the
 change against v0 and against the default variant (sign test), samples and CPU seconds.
 A variant other than the default takes the version-0 round of `default-s<seed>.json` when
 that is there (the same weights, tasks and greedy float32 sampling) instead of its own.
+`--attach-initial RESULT EVAL` gives a result whose run had no version-0 round the one
+`whet eval --split validation --out EVAL` measured on the initial weights.
 It chooses nothing; the held-out set is never touched.
 
     python bench/learning/ablation.py default --seed 0
@@ -134,6 +136,25 @@ def shared_initial(out_dir: Path, name: str, seed: int) -> Path | None:
     return path if "0" in json.loads(path.read_text()).get("tasks", {}) else None
 
 
+def attach_initial(result_path: Path, eval_path: Path) -> dict:
+    """Give a result that lacks its version-0 round the one `whet eval --out` measured on the
+    initial weights with the variant's config (same tasks, judge and greedy float32
+    sampling; dropped attempts stay out, as in a round); returns the result."""
+    from runtime.evaluate.record import read
+
+    result, measured = json.loads(result_path.read_text()), read(eval_path)
+    if measured.split != "validation":
+        raise SystemExit(f"ablation: {eval_path} measured the {measured.split!r} split, "
+                         "not validation")
+    result["tasks"]["0"] = {task: {"outcome": r.outcome, "reward": r.reward}
+                            for task, r in sorted(measured.results.items())
+                            if r.outcome != "dropped"}
+    result["rounds"]["0"] = {d: s.rate for d, s in measured.domains.items()}
+    result["initial_round_from"] = _shown(eval_path.resolve())
+    result_path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
 def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path,
                 keep: bool = False, shared: Path | None = None) -> dict:
     """Run one variant to its last round and write its result JSON; returns it. The run's
@@ -192,6 +213,11 @@ def main(args: argparse.Namespace) -> int:
     if args.table:
         print(table(out_dir, args.steps))
         return 0
+    if args.attach_initial:
+        result_path, eval_path = (Path(p) for p in args.attach_initial)
+        attach_initial(result_path, eval_path)
+        print(f"wrote {result_path}")
+        return 0
     if args.variant not in VARIANTS:
         print(f"ablation: unknown variant {args.variant!r}; choose one of {', '.join(VARIANTS)} "
               "(--list shows their overrides)", file=sys.stderr)
@@ -226,6 +252,9 @@ if __name__ == "__main__":
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="one more override (smoke runs: model.name=tiny)")
     parser.add_argument("--out-dir", default=str(OUT))
+    parser.add_argument("--attach-initial", nargs=2, metavar=("RESULT", "EVAL"),
+                        help="give RESULT (a variant's JSON without a version-0 round) the one "
+                        "`whet eval --out EVAL` measured on the initial weights")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep the run's checkpoints and model (deleted by default)")
     parser.add_argument("--table", action="store_true", help="build the table from the JSONs")

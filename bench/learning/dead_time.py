@@ -6,9 +6,11 @@ after its set-up, and reads the run's own records: `metrics/train.csv` (each ste
 whole-stack CPU and wall seconds), the evaluator's `evaluator.evaluated` events and the
 process exit. Writes one JSON: whole-stack CPU seconds and wall seconds at the first update,
 the same at the last round's report, and seconds from that report to the stack's exit.
-With `--first-only` it stops the stack (SIGINT) once the first update is in.
+With `--first-only` it stops the stack (SIGINT) once the first update is in; `--from-run`
+reads a finished run instead (the supervisor's `training.finished` and `stack.stopped`).
 
     python bench/learning/dead_time.py [--config configs/default.toml] [--first-only] --out F.json
+    python bench/learning/dead_time.py --from-run runs/<id> --out F.json
 
 It measures; it decides nothing.
 """
@@ -69,9 +71,41 @@ def rounds(run_dir: Path) -> list[dict]:
     return out
 
 
+def supervisor_times(run_dir: Path) -> dict[str, float]:
+    """Timestamps of the supervisor's events, first of each."""
+    out: dict[str, float] = {}
+    log = run_dir / "logs" / "supervisor.jsonl"
+    for line in log.read_text().splitlines() if log.exists() else []:
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        out.setdefault(event.get("event", ""), event.get("timestamp") or event.get("ts") or 0.0)
+    return out
+
+
+def from_run(run_dir: Path) -> dict:
+    """The dead time of a finished run, from its own files."""
+    first = first_step(run_dir)
+    times = supervisor_times(run_dir)
+    finished, stopped = times.get("training.finished"), times.get("stack.stopped")
+    return {"run_dir": str(run_dir),
+            "first_update": None if first is None else {
+                "stack_cpu_s": float(first["cpu_s"]), "run_wall_s": float(first["wall_s"])},
+            "rounds": [{"version": e["fields"]["policy_version"],
+                        "overall": e["fields"]["overall"]} for e in rounds(run_dir)],
+            "last_round_to_stopped_s": None if not (finished and stopped)
+            else round(stopped - finished, 1)}
+
+
 def main(args: argparse.Namespace) -> int:
     from runtime.config import load
 
+    if args.from_run:
+        report = {"command": " ".join(sys.argv), **from_run(Path(args.from_run).resolve())}
+        Path(args.out).write_text(json.dumps(report, indent=2) + "\n")
+        print(json.dumps(report, indent=2))
+        return 0
     config = overlay(Path(args.config).resolve(), args.set)
     runs = (ROOT / load(config).run.runs_dir).resolve()
     before = set(runs.iterdir()) if runs.exists() else set()
@@ -118,5 +152,6 @@ if __name__ == "__main__":
     parser.add_argument("--set", action="append", default=[],
                         help="section.key=value (a TOML value), e.g. training.max_steps=2")
     parser.add_argument("--first-only", action="store_true", help="stop at the first update")
+    parser.add_argument("--from-run", default="", help="read this finished run instead")
     parser.add_argument("--out", required=True)
     sys.exit(main(parser.parse_args()))
