@@ -45,15 +45,18 @@ def test_sampler_and_evaluator_serve_in_a_stack(make_stack):
         snap = json.loads(result.stdout)
         streams = {s["stream"]: s for s in snap["streams"]}
         tasks = streams.get(subjects.STREAM_TASKS, {}).get("messages", 0)
+        rounds = streams.get(subjects.STREAM_ROUNDS, {}).get("messages", 0)
         ready = {a["kind"] for a in snap["actors"] if a["state"] == "ready"}
-        # sync mode, version 0: (0 + 0 + 1) * 4 attempts = 2 groups; plus 3 eval tasks
-        if ready == {"sampler", "evaluator"} and tasks == 5:
+        # sync mode, version 0: (0 + 0 + 1) * 4 attempts = 2 groups; the round's 3 eval
+        # tasks on a stream of their own
+        if ready == {"sampler", "evaluator"} and (tasks, rounds) == (2, 3):
             break
         assert time.monotonic() < deadline, (ready, streams)
         time.sleep(0.5)
     time.sleep(2)
-    snap = json.loads(stack.whet("status", "--json").stdout)
-    assert {s["stream"]: s for s in snap["streams"]}[subjects.STREAM_TASKS]["messages"] == 5
+    streams = {s["stream"]: s for s in json.loads(stack.whet("status", "--json").stdout)["streams"]}
+    assert (streams[subjects.STREAM_TASKS]["messages"],
+            streams[subjects.STREAM_ROUNDS]["messages"]) == (2, 3)
     stack.stop()
 
 

@@ -52,7 +52,7 @@ BAD = [
     (["{model}", "--endpoint", "http://127.0.0.1:9", "--model", "m"], ", not both"),
     (["{tmp}/nope"], "nope: no such folder"),
     (["{tmp}/file.txt"], "file.txt: not a folder"),
-    (["{tmp}/empty"], "is not a model folder (no config.json) nor a run folder"),
+    (["{tmp}/empty"], "is not a model folder (no config.json), a LoRA adapter folder (adapter_config.json) nor a run folder"),
     (["{tmp}/run"], "has no model/ yet"),
     (["{tmp}/noweights"], "has no weights"),
     (["{model}", "--env", "nope"], "--env 'nope': not an environment of the config (it has python_functions)"),

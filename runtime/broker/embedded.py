@@ -167,7 +167,10 @@ class EmbeddedServer:
     def monitoring_url(self) -> str:
         """Base URL of the monitoring endpoints of the running server ('' without `monitor`)."""
         for f in (self.store_dir / "ports").glob("*.ports"):
-            urls = json.loads(f.read_text()).get("monitoring") or []
+            try:
+                urls = json.loads(f.read_text()).get("monitoring") or []
+            except (OSError, ValueError):  # the server is still writing it: not yet known
+                return ""
             return urls[0] if urls else ""
         return ""
 
