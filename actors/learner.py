@@ -101,7 +101,9 @@ class Learner:
         self.step = resumed.step
         self.samples = resumed.samples
         self.ledger = Ledger.from_state(resumed.consumed_verdicts, resumed.consumed_groups)
-        self.publisher = Publisher(bus, kept_versions(config), *published_kind(config))
+        rounds = config.evaluator.every_versions if config.actors.count.get("evaluator") else 0
+        self.publisher = Publisher(bus, kept_versions(config), *published_kind(config),
+                                   round_every=rounds)
         self.object_name = resumed.object_name
         "Object holding the weights of `version` ('' for the initial weights)."
         self.unpublished = 0
@@ -267,6 +269,16 @@ class Learner:
                  reported=reported)
         return held
 
+    async def follow_rounds(self) -> None:
+        """Tell the publisher which rounds the evaluator reported, so a version due a round
+        stays in the object store until then (a round may start after `keep_versions` newer
+        ones: a generator pins its weights when it reaches the round's work)."""
+        if not self.publisher.round_every:
+            return
+        async for state in self.bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                             EvaluatorState):
+            self.publisher.reported = max(self.publisher.reported, state.last_reported)
+
     async def _round_reported(self, version: int) -> bool:
         """Wait until the evaluator's state says the round of `version` is reported (True),
         or until the bus is stopping (False). The watch rides through outages."""
@@ -385,6 +397,13 @@ async def run(bus: Bus, config: RunConfig, *,
                     await ranks.watch_peers()
 
             tg.start_soon(watch_peers)
+            rounds = anyio.CancelScope()
+
+            async def follow_rounds() -> None:
+                with rounds:  # until the learner has finished
+                    await learner.follow_rounds()
+
+            tg.start_soon(follow_rounds)
             await tg.start(learner.publisher.run)
             await tg.start(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
                                    learner.on_verdict, max_in_flight=learner.held_limit,
@@ -395,6 +414,7 @@ async def run(bus: Bus, config: RunConfig, *,
                 await learner.finish()
                 await export_final(config, bus, ranks.dir)
             peers.cancel()
+            rounds.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await ranks.close()

@@ -3,7 +3,8 @@
 Consumes (version, weight parts or None, step, samples) from the learner; produces the
 object and the KV bump for each (`policy.versions`), or, for None, the same weights
 announced under the new number (after a batch with nothing to learn), and prunes
-all but the newest `keep` objects; each record says what its object holds (full weights,
+all but the newest `keep` objects and those of versions due a held-out round that is not yet
+reported (`round_every`, `reported`); each record says what its object holds (full weights,
 or a LoRA adapter and its base). `submit` returns as soon as the uploader has taken the
 version, so the next learner step trains while the weights travel; one upload runs at a
 time, so versions are announced in order. It does not decide when to publish.
@@ -33,8 +34,15 @@ Item = tuple[int, Sequence[memoryview] | None, int, int]
 class Publisher:
     """Uploads weights to the object store and announces each version in KV, in order; prunes old ones."""
 
-    def __init__(self, bus: Bus, keep: int, weights: str = "full", base: str = "") -> None:
+    def __init__(self, bus: Bus, keep: int, weights: str = "full", base: str = "",
+                 round_every: int = 0) -> None:
         self.bus = bus
+        self.round_every = round_every
+        "Versions due a held-out round (multiples of it; 0: none) are kept until it is reported."
+        self.reported = -1
+        "The newest version whose round the evaluator reported (`EvaluatorState.last_reported`)."
+        self.due: dict[int, str] = {}
+        "Version due a round -> its object, kept from pruning while the round may still read it."
         self.weights, self.base = weights, base
         "What every version's object holds ('full' or 'lora'), and the base of an adapter."
         self.current: WeightVersion | None = None
@@ -77,8 +85,11 @@ class Publisher:
                                              samples=samples, created_at=time.time())
             await announce(self.bus, record)
         self.adopt(record)
+        if self.round_every and version % self.round_every == 0 and record.object_name:
+            self.due[version] = record.object_name
+        self.due = {v: name for v, name in self.due.items() if v > self.reported}
         try:
-            pruned = await prune_versions(self.bus, set(self.recent))
+            pruned = await prune_versions(self.bus, set(self.recent) | set(self.due.values()))
         except BusUnavailable as exc:  # the next publish prunes what is left
             log.warning("learner.prune_failed", error=str(exc))
             return record
