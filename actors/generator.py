@@ -1,14 +1,12 @@
 """The generator actor: policy samples for assignments and continuations.
 
-Consumes `TaskAssignment` (durable `generator` on whet.v1.tasks; held-out rounds' on
-whet.v1.rounds, durable `generator-rounds`) and `Attempt`s to continue (durable
-`generator-turns` on whet.v1.turns; the last turn carries the judge's feedback);
-publishes one `Attempt` per sample on whet.v1.attempts with msg id
-'<attempt_id>/t<turn index>' (attempt_id '<assignment_id>.<index>'), so a redelivered input
-never yields a second stored attempt. Follows the policy version (`policy.follower`) and
-runs work only on weights at least as new as its `admitted_version`, and a round's work on
-exactly its version, from a pinned copy where the engine `pins` (so training never waits for
-a round); reports the version it runs and its tokens/s in heartbeats.
+Consumes `TaskAssignment`s (durable `generator` on whet.v1.tasks, `generator-rounds` on
+whet.v1.rounds) and `Attempt`s to continue (`generator-turns` on whet.v1.turns); publishes
+one `Attempt` per sample on whet.v1.attempts, msg id '<attempt_id>/t<turn>', so a redelivered
+input never stores a second attempt. Follows the policy version (`policy.follower`): work runs
+on weights at least as new as its `admitted_version`, a round's work on exactly its version
+(a pinned copy where the engine `pins`, so training never waits for a round). Reports the
+version it runs and its tokens/s in heartbeats.
 
 It does not judge, execute or decide whether an attempt continues (the judge does), and it
 does not choose what to sample (the sampler does).

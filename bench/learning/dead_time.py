@@ -1,18 +1,14 @@
 """Benchmark: the run's dead time: how long until the first update, and after the last round.
 
-Consumes a config (default configs/default.toml) and optional overrides (`--set
-section.key=value`, TOML values); runs `whet up` on it in a child process, as `make run` does
-after its set-up, and reads the run's own records: `metrics/train.csv` (each step's
-whole-stack CPU and wall seconds), the evaluator's `evaluator.evaluated` events and the
-process exit. Writes one JSON: whole-stack CPU seconds and wall seconds at the first update,
-the same at the last round's report, and seconds from that report to the stack's exit.
-With `--first-only` it stops the stack (SIGINT) once the first update is in; `--from-run`
-reads a finished run instead (the supervisor's `training.finished` and `stack.stopped`).
+Consumes a config (default configs/default.toml) and `--set section.key=value` overrides; runs
+`whet up` on it in a child process, as `make run` does after its set-up, or reads a finished
+run (`--from-run`). From the run's own records (`metrics/train.csv`, the evaluator's
+`evaluator.evaluated` events, the supervisor's `training.finished` and `stack.stopped`) it
+writes one JSON: whole-stack CPU and wall seconds at the first update, and seconds from the
+last round to the stop. `--first-only` stops the stack (SIGINT) once the first update is in.
 
     python bench/learning/dead_time.py [--config configs/default.toml] [--first-only] --out F.json
     python bench/learning/dead_time.py --from-run runs/<id> --out F.json
-
-It measures; it decides nothing.
 """
 
 from __future__ import annotations
