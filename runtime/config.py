@@ -99,14 +99,15 @@ def _read(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
         return data
     if not isinstance(base, str):
         raise ConfigError(str(path), "extends", f"expected a file name, got {base!r}")
-    return _merge(_read(path.parent / base, seen + (path.resolve(),)), data)
+    return merge(_read(path.parent / base, seen + (path.resolve(),)), data)
 
 
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, tables merged key by key (as `extends` merges)."""
     out = dict(base)
     for key, value in over.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+            out[key] = merge(out[key], value)
         else:
             out[key] = value
     return out

@@ -22,6 +22,7 @@ It chooses nothing; the held-out set is never touched.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -66,15 +67,10 @@ def protocol(steps: int, tasks: int) -> dict[str, dict]:
 
 
 def merged(*layers: dict) -> dict:
-    """Nested dicts merged key by key, later layers winning (as `extends` merges)."""
-    out: dict = {}
-    for layer in layers:
-        for key, value in layer.items():
-            if isinstance(value, dict) and isinstance(out.get(key), dict):
-                out[key] = merged(out[key], value)
-            else:
-                out[key] = value
-    return out
+    """Nested dicts merged key by key, later layers winning (`runtime.config.merge`)."""
+    from runtime.config import merge
+
+    return functools.reduce(merge, layers, {})
 
 
 def parse_set(items: list[str]) -> dict:

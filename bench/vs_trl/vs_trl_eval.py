@@ -23,17 +23,14 @@ from pathlib import Path
 async def heldout_tasks(cfg) -> tuple[dict[str, list], float]:
     """The evaluator's held-out tasks by domain, and the CPU seconds their sandboxed gate
     runs took (0 when every report came from the cache)."""
-    from envs.intake import KvGateCache, gated_heldout
+    from runtime import evaluate
 
     spent = [0.0]
 
     def on_cpu(seconds: float) -> None:
         spent[0] = seconds
 
-    ev = cfg.evaluator
-    chosen = await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=ev.tasks_per_domain,
-                                 domain_tasks=ev.domain_tasks, on_cpu=on_cpu,
-                                 cache=KvGateCache(None, cfg.envs.gates.keep_reports))
+    chosen = await evaluate.heldout_tasks(cfg, on_cpu)
     return dict(sorted(chosen.items())), spent[0]
 
 

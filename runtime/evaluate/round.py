@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Callable, Protocol
 
 import anyio
 import msgspec
@@ -53,13 +53,16 @@ class Sampler(Protocol):
         """One eval attempt per task."""
 
 
-async def heldout_tasks(cfg: RunConfig) -> dict[str, list[Task]]:
+async def heldout_tasks(cfg: RunConfig,
+                        on_cpu: Callable[[float], None] = lambda seconds: None,
+                        ) -> dict[str, list[Task]]:
     """The tasks an in-stack round of `cfg` evaluates, by domain: the evaluator's own choice
     (`envs.intake.gated_heldout` with `[evaluator]` tasks_per_domain, domain_tasks and split),
-    gate reports kept on this machine's disk as the stack keeps them."""
+    gate reports kept on this machine's disk as the stack keeps them; `on_cpu` is told the
+    sandboxed gate runs' CPU seconds so far."""
     ev = cfg.evaluator
     return await gated_heldout(cfg.envs, seed=cfg.run.seed, per_domain=ev.tasks_per_domain,
-                               split=ev.split, domain_tasks=ev.domain_tasks,
+                               split=ev.split, domain_tasks=ev.domain_tasks, on_cpu=on_cpu,
                                cache=KvGateCache(None, cfg.envs.gates.keep_reports))
 
 
