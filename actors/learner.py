@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from contextlib import aclosing
 from functools import partial
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from anyio.abc import TaskStatus
 
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
-from bus.messages import EvaluatorState, StepRecord, Verdict
+from bus.messages import StepRecord, Verdict
 from bus.nats_bus import Bus
 from policy.batch import Assembled, assemble, signal_members, trajectory_problem
 from policy.checkpoint import LearnerState
@@ -37,7 +36,7 @@ from policy.export import export
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
-from policy.publisher import Publisher
+from policy.publisher import Publisher, round_reported
 from policy.versions import current_version, object_name
 from runtime.config import RunConfig
 
@@ -261,43 +260,13 @@ class Learner:
         log.info("learner.holding_for_eval", policy_version=self.version, most_s=ev.hold_s)
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = float(self.version)
         with anyio.move_on_after(ev.hold_s):
-            reported = await self._round_reported(self.version)
+            reported = await round_reported(self.bus, self.version)
         held = time.monotonic() - began
         self.held_s += held
         self.bus.stats.gauges[gauges.LEARNER_WAITING_FOR_ROUND] = -1.0
         log.info("learner.held_for_eval", policy_version=self.version, seconds=round(held, 3),
                  reported=reported)
         return held
-
-    async def follow_rounds(self) -> None:
-        """Tell the publisher which rounds the evaluator reported, so a version due a round
-        stays in the object store until then (a round may start after `keep_versions` newer
-        ones: a generator pins its weights when it reaches the round's work)."""
-        if not self.publisher.round_every:
-            return
-        async for state in self.bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
-                                             EvaluatorState):
-            self.publisher.reported = max(self.publisher.reported, state.last_reported)
-
-    async def _round_reported(self, version: int) -> bool:
-        """Wait until the evaluator's state says the round of `version` is reported (True),
-        or until the bus is stopping (False). The watch rides through outages."""
-        reported = False
-        async with anyio.create_task_group() as tg:
-            async def give_up_when_stopping() -> None:
-                await self.bus.stopping.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(give_up_when_stopping)
-            async with aclosing(self.bus.kv_watch(subjects.BUCKET_RUN,
-                                                  subjects.KEY_EVALUATOR_STATE,
-                                                  EvaluatorState)) as states:
-                async for state in states:
-                    if state.last_reported >= version:
-                        reported = True
-                        break
-            tg.cancel_scope.cancel()
-        return reported
 
     async def _publish(self, now: bool = False) -> None:
         """Next version: the trained weights (copied, so training may go on while they upload),
@@ -401,7 +370,7 @@ async def run(bus: Bus, config: RunConfig, *,
 
             async def follow_rounds() -> None:
                 with rounds:  # until the learner has finished
-                    await learner.follow_rounds()
+                    await learner.publisher.follow_rounds()
 
             tg.start_soon(follow_rounds)
             await tg.start(learner.publisher.run)

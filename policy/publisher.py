@@ -7,13 +7,15 @@ all but the newest `keep` objects and those of versions due a held-out round tha
 reported (`round_every`, `reported`); each record says what its object holds (full weights,
 or a LoRA adapter and its base). `submit` returns as soon as the uploader has taken the
 version, so the next learner step trains while the weights travel; one upload runs at a
-time, so versions are announced in order. It does not decide when to publish.
+time, so versions are announced in order. It reads the evaluator's state in KV for which
+rounds are reported (`follow_rounds`, `round_reported`). It does not decide when to publish.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import aclosing
 from typing import Sequence
 
 import anyio
@@ -21,8 +23,9 @@ import anyio.abc
 import msgspec
 import structlog
 
+from bus import subjects
 from bus.errors import BusUnavailable
-from bus.messages import WeightVersion
+from bus.messages import EvaluatorState, WeightVersion
 from bus.nats_bus import Bus
 from policy.versions import announce, prune_versions, publish_weights
 
@@ -72,6 +75,16 @@ class Publisher:
         if record.object_name:
             self.recent.append(record.object_name)
 
+    async def follow_rounds(self) -> None:
+        """Follow the rounds the evaluator reported (KV whet-run), so a version due a round
+        stays in the object store until then (a round may start after `keep` newer ones: a
+        generator pins its weights when it reaches the round's work). Runs until cancelled."""
+        if not self.round_every:
+            return
+        async for state in self.bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                             EvaluatorState):
+            self.reported = max(self.reported, state.last_reported)
+
     async def publish(self, version: int, parts: Sequence[memoryview] | None, *, step: int,
                       samples: int) -> WeightVersion:
         """Upload and announce `version` now (None: the current weights, renumbered)."""
@@ -96,3 +109,23 @@ class Publisher:
         if pruned:
             log.info("learner.versions_pruned", objects=pruned)
         return record
+
+
+async def round_reported(bus: Bus, version: int) -> bool:
+    """Wait until the evaluator's state says the round of `version` is reported (True), or
+    until the bus is stopping (False). The watch rides through outages."""
+    reported = False
+    async with anyio.create_task_group() as tg:
+        async def give_up_when_stopping() -> None:
+            await bus.stopping.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(give_up_when_stopping)
+        async with aclosing(bus.kv_watch(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                         EvaluatorState)) as states:
+            async for state in states:
+                if state.last_reported >= version:
+                    reported = True
+                    break
+        tg.cancel_scope.cancel()
+    return reported
