@@ -41,6 +41,25 @@ PASSES = {0: {"structured": {1, 2, 3}, "python": {1}},
 gains two structured tasks and loses two, so its pass rate stays flat."""
 
 
+class RoundReader:
+    """Plays the generator: keeps the round assignments it is given; `wait(n)` returns once
+    n have come (woken by each one, not by a clock)."""
+
+    def __init__(self) -> None:
+        self.got: list[TaskAssignment] = []
+        self._more = anyio.Event()
+
+    async def handle(self, assignment: TaskAssignment, delivery) -> None:
+        self.got.append(assignment)
+        self._more.set()
+        self._more = anyio.Event()
+
+    async def wait(self, n: int, timeout_s: float = 30.0) -> None:
+        with anyio.fail_after(timeout_s):
+            while len(self.got) < n:
+                await self._more.wait()
+
+
 async def _answer(bus: Bus, got: list[TaskAssignment], version: int) -> None:
     seen: dict[str, int] = {}
     for a in got:
@@ -93,21 +112,17 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
     `EvalRound` in KV (pass rates with Wilson intervals, paired with version 0 on the same
     tasks) and an `evaluator.evaluated` event keyed by the attempts' version; training reward
     rising with flat held-out rates raises `evaluator.divergence_detected`."""
-    got: list[TaskAssignment] = []
-
-    async def generator(a: TaskAssignment, delivery) -> None:
-        got.append(a)
+    rounds = RoundReader()
+    got = rounds.got
 
     sink = log_mod.configure(kind="evaluator", instance="e1", run_id="r1", console=False)
     ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(sink.forward, ebus)
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, rounds.handle))
             await tg.start(evaluator_actor.run, ebus, CONFIG)
-            with anyio.fail_after(30):
-                while len(got) < 10:
-                    await anyio.sleep(0.05)
+            await rounds.wait(10)
             await _train_rewards(bus, got[0].task, 0, 0.1)
             await handled(bus, subjects.CONSUMER_EVALUATOR_TRAIN)  # the evaluator has them
             await _answer(bus, got, 0)
@@ -117,9 +132,7 @@ async def test_rounds_report_heldout_pass_rates_transfer_and_divergence(bus, nat
             await handled(bus, subjects.CONSUMER_EVALUATOR_TRAIN)
             await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                              WeightVersion(version=1, object_name="", created_at=time.time()))
-            with anyio.fail_after(30):
-                while len(got) < 20:
-                    await anyio.sleep(0.05)
+            await rounds.wait(20)
             await _answer(bus, got[10:], 1)
             warning = (await _events(bus, "evaluator.divergence_detected", 1))[0]
             round1 = await _round(bus, 1)
@@ -171,19 +184,15 @@ async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_a
     the mean of per-task rates: tasks at 2/2, 1/2, 0/2, ... give (1 + 0.5) / 10 here."""
     cfg = msgspec.structs.replace(CONFIG, evaluator=msgspec.structs.replace(
         CONFIG.evaluator, samples_per_task=2))
-    got: list[TaskAssignment] = []
-
-    async def generator(a: TaskAssignment, delivery) -> None:
-        got.append(a)
+    rounds = RoundReader()
+    got = rounds.got
 
     ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, rounds.handle))
             await tg.start(evaluator_actor.run, ebus, cfg)
-            with anyio.fail_after(30):
-                while len(got) < 10:
-                    await anyio.sleep(0.05)
+            await rounds.wait(10)
             for n, a in enumerate(got):
                 for i in range(a.group_size):
                     attempt = Attempt(attempt_id=f"{a.assignment_id}.{i}", group_id=a.assignment_id,
@@ -211,25 +220,21 @@ async def test_k_samples_per_task_make_one_group_per_task_and_an_unbiased_pass_a
 async def test_without_the_initial_round_the_first_round_is_the_first_version_due(bus, nats_server):
     """`initial_round = false`: nothing is published for version 0, even when version 0 is
     announced; version 1's round comes when it is announced, and it is its own baseline."""
-    got: list[TaskAssignment] = []
-
-    async def generator(a: TaskAssignment, delivery) -> None:
-        got.append(a)
+    rounds = RoundReader()
+    got = rounds.got
 
     cfg = msgspec.structs.replace(CONFIG, evaluator=msgspec.structs.replace(
         CONFIG.evaluator, initial_round=False))
     ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, rounds.handle))
             await tg.start(evaluator_actor.run, ebus, cfg)
             await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                              WeightVersion(version=0, object_name="", created_at=time.time()))
             await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                              WeightVersion(version=1, object_name="", created_at=time.time()))
-            with anyio.fail_after(30):
-                while len(got) < 10:
-                    await anyio.sleep(0.05)
+            await rounds.wait(10)
             await _answer(bus, got, 1)
             round1 = await _round(bus, 1)
             ebus.stopping.set()
@@ -245,10 +250,8 @@ async def test_version_0_is_evaluated_even_when_training_moved_on_during_intake(
     """The learner trains while the held-out tasks are gated: when the evaluator is ready the
     policy is already at version 3 (not a multiple of every_versions = 2), yet round 0 is
     published, at version 0 (the generators sample it from a pinned copy)."""
-    got: list[TaskAssignment] = []
-
-    async def generator(a: TaskAssignment, delivery) -> None:
-        got.append(a)
+    rounds = RoundReader()
+    got = rounds.got
 
     cfg = msgspec.structs.replace(CONFIG, evaluator=msgspec.structs.replace(
         CONFIG.evaluator, every_versions=2))
@@ -257,11 +260,9 @@ async def test_version_0_is_evaluated_even_when_training_moved_on_during_intake(
     ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, generator))
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, rounds.handle))
             await tg.start(evaluator_actor.run, ebus, cfg)
-            with anyio.fail_after(30):
-                while len(got) < 10:
-                    await anyio.sleep(0.05)
+            await rounds.wait(10)
             ebus.stopping.set()
             bus.stopping.set()
             tg.cancel_scope.cancel()
