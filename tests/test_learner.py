@@ -46,6 +46,21 @@ async def second_bus(nats_server, kind: str) -> Bus:
     return await Bus.connect(bus_settings(nats_server.url), Identity(kind, f"{kind}-1"))
 
 
+async def sample_after_one_version(bus, gen_bus) -> list:
+    """With a learner and a generator running: two groups of 4 judged make version 1; once
+    the generator runs it, a group of 2 admitted at version 1 is sampled; returns those 2."""
+    for g in ("g1", "g2"):
+        await bus.publish(subjects.TASKS, assignment(g, 4), msg_id=g)
+    for a in await attempts_on_bus(bus, 8):
+        await bus.publish(subjects.verdict_subject("train"),
+                          verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
+    with anyio.fail_after(120):
+        while gen_bus.stats.policy_version < 1:
+            await anyio.sleep(0.1)
+    await bus.publish(subjects.TASKS, assignment("g3", 2, version=1), msg_id="g3")
+    return [a for a in await attempts_on_bus(bus, 10) if a.group_id == "g3"]
+
+
 @pytest.mark.bus
 async def test_learner_publishes_a_version_the_generator_then_samples_with(bus, nats_server, tmp_path):
     """8 judged attempts make version 1; the generator loads it and its next attempts carry
@@ -56,16 +71,7 @@ async def test_learner_publishes_a_version_the_generator_then_samples_with(bus, 
         async with anyio.create_task_group() as tg:
             await tg.start(learner.run, learn_bus, cfg)
             await tg.start(generator.run, gen_bus, cfg)
-            for g in ("g1", "g2"):
-                await bus.publish(subjects.TASKS, assignment(g, 4), msg_id=g)
-            for a in await attempts_on_bus(bus, 8):
-                await bus.publish(subjects.verdict_subject("train"),
-                                  verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
-            with anyio.fail_after(120):
-                while gen_bus.stats.policy_version < 1:
-                    await anyio.sleep(0.1)
-            await bus.publish(subjects.TASKS, assignment("g3", 2, version=1), msg_id="g3")
-            got = [a for a in await attempts_on_bus(bus, 10) if a.group_id == "g3"]
+            got = await sample_after_one_version(bus, gen_bus)
             record = await current_version(bus)
             blob = await fetch_weights(bus, record)
             gen_bus.stopping.set()

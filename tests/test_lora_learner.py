@@ -24,8 +24,7 @@ from policy.config import LoraSettings, ModelConfig
 from policy.versions import current_version, fetch_weights
 from runtime.config import RunConfig, dump
 from tests.conftest import bus_settings
-from tests.test_generator import assignment, attempts_on_bus
-from tests.test_learner import tiny_run_config, verdict_for
+from tests.test_learner import sample_after_one_version, tiny_run_config
 
 pytestmark = pytest.mark.bus
 
@@ -82,16 +81,7 @@ async def test_generators_sample_an_adapter_version_with_the_learner_s_own_logpr
         async with anyio.create_task_group() as tg:
             await tg.start(learner.run, learn_bus, cfg)
             await tg.start(generator.run, gen_bus, cfg)
-            for g in ("g1", "g2"):
-                await bus.publish(subjects.TASKS, assignment(g, 4), msg_id=g)
-            for a in await attempts_on_bus(bus, 8):
-                await bus.publish(subjects.verdict_subject("train"),
-                                  verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
-            with anyio.fail_after(120):
-                while gen_bus.stats.policy_version < 1:
-                    await anyio.sleep(0.1)
-            await bus.publish(subjects.TASKS, assignment("g3", 2, version=1), msg_id="g3")
-            got = [a for a in await attempts_on_bus(bus, 10) if a.group_id == "g3"]
+            got = await sample_after_one_version(bus, gen_bus)
             record = await current_version(bus)
             blob = await fetch_weights(bus, record)
             late = open_engine(cfg.generator, cfg.model, seed=0)
