@@ -219,3 +219,26 @@ class TrainerConfig(Section):
      "the constant loss divisor counts its max_new_tokens.")
     batch_size: Positive = 32
     "Attempts per learner update (`[training] batch_size`): the constant loss divisor counts it."
+
+
+class WarmstartConfig(Section):
+    """A warm start by supervised fine-tuning before RL, `[warmstart]`: the learner trains on
+    demonstrations (`bus.messages.Demo`, from the training split only; loss on the assistant's
+    tokens alone), and the result is version 0 of the RL stage and a kept checkpoint."""
+
+    enabled: bool = False
+    "Run the warm start before the RL stage."
+    demos: str = ""
+    "A JSON-lines file of demonstrations (`whet demos`); '' makes them from the run's training split."
+    domains: list[str] = []
+    "Domains whose training tasks give demonstrations ('' list: every domain in the mix)."
+    per_task: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
+    "Demonstrations per task (a scripted agent varies its order and first edit between them)."
+    epochs: Annotated[float, msgspec.Meta(gt=0.0, le=100.0)] = 1.0
+    "Passes over the demonstrations."
+    batch_size: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 8
+    "Demonstrations per optimizer step."
+    lr: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 2e-5
+    "Learning rate of the warm start (the RL stage keeps `[learner] lr`)."
+    max_len: Annotated[int, msgspec.Meta(ge=16)] = 4096
+    "Most tokens of one demonstration; longer ones are left out (and counted)."

@@ -26,7 +26,7 @@ from bus.section import Section
 from envs.config import EnvsConfig, EvaluatorConfig, SamplerConfig
 from judging.config import JudgeConfig
 from monitoring.config import MonitorConfig
-from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, TrainerConfig
+from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, TrainerConfig, WarmstartConfig
 from runtime.broker.auth import AuthConfig, role_of
 from runtime.broker.embedded import sync_interval_problem
 from runtime.kinds import KINDS
@@ -55,6 +55,7 @@ class RunConfig(Section):
     sampler: SamplerConfig = SamplerConfig()
     evaluator: EvaluatorConfig = EvaluatorConfig()
     judge: JudgeConfig = JudgeConfig()
+    warmstart: WarmstartConfig = WarmstartConfig()
 
     @property
     def trainer(self) -> TrainerConfig:

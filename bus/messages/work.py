@@ -349,3 +349,38 @@ class SessionReply(Message, tag="whet.session_reply.v1"):
     "Visible tests passing in the workspace as opened (op 'open'; -1 if unknown)."
     visible_total: int = -1
     "Visible tests in the workspace as opened (op 'open'; -1 if unknown)."
+
+
+# --- demonstrations (the warm start's input; a file of JSON lines, never a bus subject) -----
+
+
+class DemoMessage(Part):
+    """One message of a demonstration, as the chat template renders it."""
+
+    role: Literal["user", "assistant", "tool"]
+    "'user' (the task prompt), 'assistant' (what the model should write: the only tokens the "
+    "warm start trains on) or 'tool' (a tool call's result, exactly as the judge would send it)."
+    content: str
+
+
+class Demo(Message, tag="whet.demo.v1"):
+    """A demonstration for supervised fine-tuning: one task from a training split, solved.
+
+    Single-turn domains: the prompt and the gated reference solution in the answer format the
+    judge reads. Tool domains: a scripted agent's episode (its calls, their real results from a
+    sandbox session), whose final workspace passed the hidden tests."""
+
+    task_id: str
+    env: str
+    "Environment name (`envs.registry`)."
+    domain: str
+    split: Literal["train"]
+    "Always 'train': held-out and validation tasks never enter demonstrations."
+    level: int
+    "The task's rung."
+    messages: list[DemoMessage]
+    source: Literal["reference", "scripted"]
+    "'reference': the gated reference answer; 'scripted': a scripted tool agent's episode."
+    outcome: str = "pass"
+    "The judge's outcome for the demonstration's answer (only passing ones are written)."
+    family: str = ""
