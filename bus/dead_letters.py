@@ -6,10 +6,13 @@ produces `DeadLetter` messages on the dead-letter subject of the stream and remo
 given-up message from its stream once its letter is stored. It does not decide what to give
 up on: `bus.consumer` does (a payload that does not decode, a handler that fails on its last
 delivery), and the server does (a message whose handling process died every time).
+A payload too large for a letter to carry within the server's payload limit is cut, its size
+and sha256 kept; the error is one line of at most `ERROR_CHARS`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 
@@ -26,6 +29,11 @@ from bus.nats_bus import Bus
 
 log = structlog.get_logger("bus.consumer")
 
+ERROR_CHARS = 2000
+"Most characters of a letter's error: a traceback is folded onto one line and cut."
+LETTER_ROOM = 64 * 1024
+"Bytes of the server's payload limit kept for the letter's own fields and headers."
+
 
 class DeadLetters:
     """Writes the dead letters of the consumer `spec`."""
@@ -37,14 +45,19 @@ class DeadLetters:
                    reason: str, error: str) -> None:
         """Store the dead letter of stream message `seq` (once: its msg id is the seq)."""
         spec = self.spec
+        error = one_line(error)
+        room = max(0, self.bus.nc.max_payload - LETTER_ROOM - len(error.encode()))
+        kept = payload[:room]
         letter = DeadLetter(
             subject=subject, stream=spec.stream, stream_seq=seq, consumer=spec.durable,
-            reason=reason, error=error, payload=payload, deliveries=deliveries,
-            instance=self.bus.identity.instance, at=time.time())
+            reason=reason, error=error, payload=kept, deliveries=deliveries,
+            instance=self.bus.identity.instance, at=time.time(), payload_bytes=len(payload),
+            payload_sha256=hashlib.sha256(payload).hexdigest())
         await self.bus.publish(subjects.dead_letter_subject(spec.stream), letter,
                                msg_id=f"dlq.{spec.stream}.{seq}")
-        log.error("message.dead_lettered", reason=reason, error=error, subject=subject,
-                  stream=spec.stream, stream_seq=seq, consumer=spec.durable)
+        log.error("message.dead_lettered", reason=reason, error=error[:500], subject=subject,
+                  stream=spec.stream, stream_seq=seq, consumer=spec.durable,
+                  payload_bytes=len(payload), payload_cut=len(kept) < len(payload))
 
     async def serve_advisories(self, advisories) -> None:
         """Dead-letter each message the server gave up on, from its advisories, forever."""
@@ -78,3 +91,9 @@ class DeadLetters:
             await self.bus.js.delete_msg(self.spec.stream, seq)
         except nats.js.errors.NotFoundError:
             pass
+
+
+def one_line(error: str) -> str:
+    """`error` on one line (newlines and runs of blanks folded), at most `ERROR_CHARS`."""
+    text = " ".join(error.split())
+    return text if len(text) <= ERROR_CHARS else text[:ERROR_CHARS - 1] + "…"

@@ -384,3 +384,40 @@ def test_default_stream_caps_fit_a_small_disk():
     defaults together stay within 4 GiB, so a machine with about 5.7 GB free runs them."""
     caps = [s.max_bytes for s in topology(RunConfig()) if s.max_bytes > 0]
     assert sum(caps) <= 4 * 1024**3, sum(caps) / 1024**2
+
+
+@pytest.mark.bus
+async def test_message_near_the_payload_limit_is_dead_lettered_cut_not_redelivered(bus):
+    """A payload too large for a letter to carry whole (near the server's limit) is still
+    dead-lettered, its first bytes kept with its size and sha256, and leaves its stream; the
+    error is one line however long the traceback was."""
+    import hashlib
+
+    huge = b"\xc1" + os.urandom(bus.nc.max_payload - 1024)
+    await bus.nc.publish(subjects.TASKS, huge)
+    await bus.publish(subjects.TASKS, assignment(2), msg_id="a2")
+    seen = []
+
+    async def handle(msg, delivery):
+        seen.append(msg.assignment_id)
+
+    async def settled() -> bool:
+        return (await stored(bus, subjects.STREAM_TASKS) == 0
+                and await stored(bus, subjects.STREAM_DLQ) == 1)
+
+    await serve_until(bus, handle, settled)
+    (letter,) = await dead_letters(bus)
+    assert seen == ["a2"] and letter.reason == "malformed"
+    assert letter.payload_bytes == len(huge) > len(letter.payload) > 0
+    assert huge.startswith(letter.payload)
+    assert letter.payload_sha256 == hashlib.sha256(huge).hexdigest()
+    assert "\n" not in letter.error
+
+
+@pytest.mark.unit
+def test_a_long_traceback_becomes_one_short_line():
+    """`one_line` folds a multi-line error and cuts it to ERROR_CHARS."""
+    from bus.dead_letters import ERROR_CHARS, one_line
+
+    text = one_line("Traceback (most recent call last):\n" + "  +-----\n" * 5000 + "ValueError: x")
+    assert "\n" not in text and len(text) == ERROR_CHARS and text.startswith("Traceback")

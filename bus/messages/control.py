@@ -252,10 +252,15 @@ class DeadLetter(Message, tag="whet.dead_letter.v1"):
     error: str
     "Human-readable detail naming what was wrong and where."
     payload: bytes
-    "The original payload, unchanged."
+    ("The original payload, unchanged; only its first bytes when it was too large for a letter "
+     "to hold it (`payload_bytes` then says how large it was).")
     deliveries: int = 0
     "Times it was delivered."
     instance: str = ""
     "Instance that dead-lettered it."
     at: float = 0.0
     "Unix time."
+    payload_bytes: int = 0
+    "Size of the original payload; more than len(payload) when it was cut to fit the server."
+    payload_sha256: str = ""
+    "sha256 of the original payload, so a cut letter still names exactly what it held."
