@@ -159,3 +159,53 @@ def test_a_bound_prometheus_port_and_a_silent_nats_url_are_problems(nats_server)
         cfg.bus, url=f"nats://127.0.0.1:{dead}"))
     problems = preflight.port_problems(silent)
     assert [p.where for p in problems] == ["bus.url (or WHET_NATS_URL)"]
+
+
+REFERENCE_CASES = [
+    ('[envs.use.nosuch]\ncount = 3\n', "envs.use.nosuch", "no environment named 'nosuch'"),
+    ('[envs.use.mine]\nfile = "/no/such/tasks.jsonl"\n', "envs.use.mine.file",
+     "the task file /no/such/tasks.jsonl does not exist"),
+    ('[envs.use.x]\ntarget = "envs.registry:BUILTIN"\n', "envs.use.x.target",
+     "is a dict, not an envs.Environment"),
+    ('[envs.use.x]\ntarget = "envs.registry:NOTHING"\n', "envs.use.x.target", "cannot load"),
+    ('[envs.mix]\nrepository = 0.5\n', "envs.mix.repository",
+     "no enabled environment provides it"),
+    ('[actors.target]\nmykind = "no_such_module_here:run"\n', "actors.target.mykind",
+     "no module 'no_such_module_here'"),
+    ('[actors.target]\nmykind = "envs.registry:nothere"\n', "actors.target.mykind",
+     "has no function 'nothere'"),
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("body,where,what", REFERENCE_CASES)
+def test_a_name_the_config_refers_to_that_does_not_resolve_is_one_problem(tmp_path, body, where, what):
+    """Every name a config refers to is resolved before anything starts: an environment, a
+    task file, a target attribute, a mix domain, an actor module or function. Each is one
+    problem naming the key as written and a fix (these configs passed preflight before)."""
+    from runtime.config import load
+    from runtime.stack.references import reference_problems
+
+    problems = reference_problems(load(write_config(tmp_path, body)))
+    assert len(problems) == 1, [p.line() for p in problems]
+    assert problems[0].where == where and what in problems[0].what and problems[0].fix
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "configs").glob("*.toml")))
+def test_every_shipped_config_refers_only_to_names_that_resolve(name):
+    """The shipped configs name nothing that does not exist."""
+    from runtime.config import load
+    from runtime.stack.references import reference_problems
+
+    assert [p.line() for p in reference_problems(load(ROOT / "configs" / name))] == []
+
+
+@pytest.mark.unit
+def test_whet_doctor_names_an_unknown_environment_in_one_line(tmp_path):
+    """`whet doctor` on a config naming an environment that does not exist says so, with
+    the key, and exits non-zero (it said "can start here")."""
+    config = write_config(tmp_path, '[envs.use.nosuch]\ncount = 3\n')
+    r = whet("doctor", "--config", str(config), cwd=ROOT)
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert "no environment named 'nosuch' [envs.use.nosuch]" in r.stdout + r.stderr

@@ -3,8 +3,9 @@
 Consumes a `RunConfig` (which kinds run, with which sandbox backend, model, stream caps and
 ports) and the machine: programs on PATH, cgroup controllers, the sandbox environment trees,
 a Docker engine, the model's weights, free disk under the runs folder, bound ports, the
-training task list. Produces `Problem` values, one per thing missing, each naming what,
-where (the config key it follows from) and the fix. `whet up` refuses to start when there is any; `whet doctor` prints them.
+training task list, and every name the config refers to (`runtime.stack.references`).
+Produces `Problem` values, one per thing missing, each naming what, where (the config key it
+follows from) and the fix. `whet up` refuses to start when there is any; `whet doctor` prints them.
 
 It changes nothing on the machine and starts nothing (it binds a port for an instant).
 """
@@ -175,7 +176,9 @@ def port_problems(cfg: RunConfig) -> list[Problem]:
 
 async def check(cfg: RunConfig) -> list[Problem]:
     """Every problem this machine has with `cfg` (empty: ready to start)."""
-    out: list[Problem] = []
+    from runtime.stack.references import reference_problems
+
+    out: list[Problem] = await anyio.to_thread.run_sync(reference_problems, cfg)
     seen = set()
     for key, sandbox in sandboxes_in_use(cfg).items():
         for problem in await sandbox_problems(key, sandbox):
