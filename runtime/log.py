@@ -7,7 +7,9 @@ Consumes log calls (`log.info("actor.started", ...)`) from every module; produce
 - an `Event` on `whet.v1.events.<kind>.<instance>.<level>`, once a bus is attached.
 
 Events wait in a bounded buffer for the bus; when it is full the oldest are dropped and
-counted (the file still has them). It does not decide what to log.
+counted (the file still has them). A file write that fails (a full disk) never raises: the
+line is counted as unwritten, one `log.file_unwritable` event says so, and once a write
+succeeds again a `log.file_writable` event gives the count. It does not decide what to log.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class EventSink:
         self.file = file
         self.pending: deque[Event] = deque(maxlen=_BUFFER)
         self.dropped = 0
+        self.unwritten = 0
+        "Lines the file could not take (a full disk) since the last one it took."
         self.wake = anyio.Event()
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -50,13 +54,36 @@ class EventSink:
                        instance=self.instance, run_id=self.run_id,
                        fields=_plain(fields))
         if self.file is not None:
-            self.file.write(msgspec.json.encode(record).decode() + "\n")
-            self.file.flush()
+            self._write(record)
+        self._queue(record)
+        return event
+
+    def _queue(self, record: Event) -> None:
         if len(self.pending) == self.pending.maxlen:
             self.dropped += 1
         self.pending.append(record)
         self.wake.set()
-        return event
+
+    def _write(self, record: Event) -> None:
+        """Append `record` to the file; on a failed write (ENOSPC, EIO) count it instead, and
+        tell the bus once when the file stops and once when it takes lines again."""
+        try:
+            self.file.write(msgspec.json.encode(record).decode() + "\n")
+            self.file.flush()
+        except OSError as exc:
+            self.unwritten += 1
+            if self.unwritten == 1:
+                self._queue(self._note(record, "warning", "log.file_unwritable", error=str(exc),
+                                       file=getattr(self.file, "name", "")))
+            return
+        if self.unwritten:
+            count, self.unwritten = self.unwritten, 0
+            self._queue(self._note(record, "info", "log.file_writable", unwritten=count,
+                                   file=getattr(self.file, "name", "")))
+
+    def _note(self, near: Event, level: str, name: str, **fields: Any) -> Event:
+        return Event(ts=near.ts, level=level, event=name, actor=self.kind, instance=self.instance,
+                     run_id=self.run_id, fields=fields)
 
     async def forward(self, bus: Any) -> None:
         """Publish buffered events to the bus until cancelled."""
