@@ -30,6 +30,7 @@ from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import StepRecord, Verdict
 from bus.nats_bus import Bus
+from policy import disk
 from policy.batch import Assembled, assemble, signal_members, trajectory_problem
 from policy.checkpoint import LearnerState
 from policy.export import export
@@ -118,6 +119,8 @@ class Learner:
         self.consumed_late = resumed.consumed_late
         "Verdicts that arrived after their group was trained without them."
         self.idle_s = self.busy_s = self.held_s = 0.0
+        self.checkpoint_bytes = 0
+        "Bytes of the newest checkpoint written: the room a next one needs."
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
             self.held_limit)
 
@@ -289,13 +292,42 @@ class Learner:
                              object_name=self.object_name,
                              consumed_by_steps=self.consumed_by_steps,
                              consumed_late=self.consumed_late, **self.ledger.to_state())
-        await self.ranks.call("save", f"step{self.step:08d}", state.to_client())
+        await self.save(f"step{self.step:08d}", state.to_client())
         self.ledger.mark_saved()
         acked, self.unsaved = self.unsaved, []
         for delivery in acked:
             await delivery.ack()
         log.info("learner.checkpoint_saved", step=self.step, policy_version=self.version,
                  acked=len(acked), seconds=round(time.monotonic() - began, 3))
+
+    async def save(self, tag: str, client_state: dict) -> None:
+        """Write checkpoint `tag`; on a full disk remove what it half wrote, say so once
+        (`learner.disk_full`), wait for room and write it again (`learner.disk_room_back`). Its
+        verdicts stay unacked meanwhile: nothing is lost, and nothing trains while it waits."""
+        folder, paused = self.ranks.dir, 0.0
+        while True:
+            try:
+                await self.ranks.call("save", tag, client_state)
+            except Exception as exc:  # noqa: BLE001 - only a full disk is waited out
+                written = disk.folder_bytes(folder / tag)
+                needed = max(self.checkpoint_bytes, 2 * written, disk.MIN_ROOM)
+                if self.ranks.world > 1 or not disk.is_disk_full(exc, folder, needed):
+                    raise
+                await self.ranks.call("discard", tag)
+                if not paused:
+                    log.warning("learner.disk_full", folder=str(folder), step=self.step,
+                                free_mb=disk.free_bytes(folder) // 2**20, needed_mb=needed // 2**20,
+                                error=str(exc).splitlines()[0][:300] if str(exc) else repr(exc))
+                paused = paused or time.monotonic()
+                self.bus.stats.gauges["learner.disk_full"] = 1.0
+                await disk.wait_for_room(folder, needed)
+                continue
+            break
+        self.checkpoint_bytes = disk.folder_bytes(folder / tag)
+        if paused:
+            self.bus.stats.gauges["learner.disk_full"] = 0.0
+            log.info("learner.disk_room_back", folder=str(folder), step=self.step,
+                     waited_s=round(time.monotonic() - paused, 1))
 
     async def finish(self) -> None:
         """On stop: finish uploads, save what is trained but unsaved, give back the rest."""

@@ -279,6 +279,10 @@ class Trainer:
             # from the one before.
             self._prune(tag, self.lc.keep_checkpoints + 1)
 
+    def discard(self, tag: str) -> None:
+        """Remove checkpoint `tag` as far as it was written (a save that failed midway)."""
+        shutil.rmtree(self.dir / tag, ignore_errors=True)
+
     def _prune(self, tag: str, keep: int) -> None:
         tags = sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith("step"))
         for old in tags[:-keep]:

@@ -26,3 +26,73 @@ def test_a_full_disk_under_the_log_file_never_raises_and_says_so_once(tmp_path):
     back = [e for e in sink.pending if e.event == "log.file_writable"]
     assert [e.fields["unwritten"] for e in back] == [5] and sink.unwritten == 0
     assert '"i":5' in (tmp_path / "s1.jsonl").read_text()
+
+
+def _mount_tmpfs(folder, size: str) -> None:
+    import subprocess
+
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
+
+
+def _unmount(folder) -> None:
+    import subprocess
+
+    subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+@pytest.mark.bus
+async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus, nats_server, tmp_path):
+    """The learner's checkpoint folder is a 4 MB filesystem, too small for the tiny model's
+    checkpoint: the learner removes what it half wrote, says `learner.disk_full` once, keeps
+    the step's verdicts unacked, and runs on; once the filesystem grows (remounted at 256 MB)
+    the checkpoint is written, `learner.disk_room_back` follows, and every verdict is acked.
+    (It crashed on ENOSPC before: the checkpoint write raised out of the learner.)"""
+    import anyio
+    from structlog.testing import capture_logs
+
+    from actors import generator, learner
+    from bus import subjects
+    from tests.test_generator import attempts_on_bus, assignment
+    from tests.test_learner import second_bus, tiny_run_config, verdict_for
+
+    ckpt = tmp_path / "ckpt"
+    _mount_tmpfs(ckpt, "4m")
+    cfg = tiny_run_config(tmp_path)
+    gen_bus, learn_bus = await second_bus(nats_server, "generator"), await second_bus(nats_server, "learner")
+
+    async def pending() -> int:
+        info = await bus.js.consumer_info(subjects.STREAM_VERDICTS, subjects.CONSUMER_LEARNER.durable)
+        return info.num_ack_pending
+
+    try:
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(learner.run, learn_bus, cfg)
+                await tg.start(generator.run, gen_bus, cfg)
+                for g in ("g1", "g2"):
+                    await bus.publish(subjects.TASKS, assignment(g, 4), msg_id=g)
+                for a in await attempts_on_bus(bus, 8):
+                    await bus.publish(subjects.verdict_subject("train"),
+                                      verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
+                with anyio.fail_after(120):
+                    while learn_bus.stats.gauges.get("learner.disk_full") != 1.0:
+                        await anyio.sleep(0.1)
+                assert await pending() == 8, "the step's verdicts wait for their checkpoint"
+                assert not (ckpt / "latest").exists()
+                import subprocess
+                subprocess.run(["mount", "-o", "remount,size=256m", str(ckpt)], check=True)
+                with anyio.fail_after(120):
+                    while not (ckpt / "latest").exists() or await pending():
+                        await anyio.sleep(0.1)
+                gen_bus.stopping.set()
+                learn_bus.stopping.set()
+    finally:
+        await gen_bus.close()
+        await learn_bus.close()
+        _unmount(ckpt)
+    names = [e["event"] for e in logs]
+    assert names.count("learner.disk_full") == 1, names
+    assert "learner.disk_room_back" in names
+    assert names.index("learner.disk_full") < names.index("learner.disk_room_back")
+    assert "learner.crashed" not in names and "actor.crashed" not in names
