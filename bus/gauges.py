@@ -42,6 +42,11 @@ LEARNER_WAITING_FOR_ROUND = "waiting_for_round"
 "Learner: the version whose held-out round it waits for before moving past it (-1: none)."
 SAMPLER_REPAIR_TASKS = "repair_tasks"
 "Sampler: repair tasks made from failed tool episodes and added to the pool (`envs.repair`)."
+JUDGE_TOOL_PREFIX = "judge.tool."
+"""Judge: tool calls of tool episodes run so far, one gauge per tool (`judge.tool.read_file`),
+and `judge.tool.malformed` for turns that held no well-formed call."""
+TOOL_MALFORMED = "malformed"
+"The tool name of a turn without a well-formed tool call (`judge.tool.malformed`)."
 SANDBOX_CPU_S = "sandbox_cpu_s"
 """Executor, sampler, evaluator: CPU seconds their sandboxed jobs used so far, as the jobs'
 own cgroups measured them (sandboxed processes never show in their parents' CPU counters)."""

@@ -17,6 +17,22 @@ Share = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 Positive = Annotated[float, msgspec.Meta(gt=0.0)]
 
 
+class EpisodeBudgets(Section):
+    """Budgets of a tool episode, `[envs.use.<name>] budgets = { max_steps = 6 }`: each one set
+    replaces the environment's; unset ones stay as the environment made them."""
+
+    max_steps: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    "Most tool calls in one episode."
+    max_tokens: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    "Most completion tokens over the episode's turns."
+    result_chars: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    "Most characters of one tool result shown to the model."
+
+    def set(self) -> dict[str, int]:
+        """The budgets given, by name."""
+        return {k: v for k, v in msgspec.structs.asdict(self).items() if v is not None}
+
+
 class EnvEntry(Section):
     """One enabled environment, `[envs.use.<name>]`: where its tasks come from, how many, its splits."""
 
@@ -42,6 +58,9 @@ class EnvEntry(Section):
     "Run the intake gates on its tasks."
     checks: list[Literal["determinism", "mutation"]] | None = None
     "Gates for this environment instead of `[envs.gates].checks` (a benchmark may skip mutation)."
+    budgets: EpisodeBudgets = EpisodeBudgets()
+    ("A tool environment's episode budgets in place of its own (`envs.repository.BUDGETS`); "
+     "they are how an episode runs, not what the task is: task ids and splits stay the same.")
     enabled: bool = True
     "False keeps the entry in the file but unused."
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import msgspec
 
@@ -91,6 +91,14 @@ def to_task(env: Environment, level: int, draft: Draft, heldout_share: float,
                 split=split_of(tid, heldout_share, validation_share),  # type: ignore[arg-type]
                 difficulty=float(level), entry_point=draft.entry_point, files=draft.files,
                 runtime=env.runtime, limits=env.limits, family=draft.family)
+
+
+def with_budgets(task: Task, budgets: Mapping[str, int]) -> Task:
+    """`task` with `budgets` (`max_steps`, `max_tokens`, `result_chars`) in its verifier's
+    extra in place of the environment's; its id and split stay as they were made."""
+    extra = {**task.verifier.extra, **{k: str(v) for k, v in budgets.items()}}
+    return msgspec.structs.replace(
+        task, verifier=msgspec.structs.replace(task.verifier, extra=extra))
 
 
 def generate(env: Environment, count: int, *, seed: int = 0, heldout_share: float = 0.0,

@@ -19,7 +19,7 @@ from bus.errors import ConfigError, InputError
 from bus.messages import Task
 from envs import taskfile
 from envs.config import EnvEntry
-from envs.environment import Environment, generate
+from envs.environment import Environment, generate, with_budgets
 
 BUILTIN: dict[str, str] = {
     "python_functions": "envs.python_functions:ENVIRONMENT",
@@ -79,7 +79,7 @@ class EntryTasks:
 
 
 def entry_tasks(name: str, entry: EnvEntry, *, seed: int = 0) -> EntryTasks:
-    """Generate (or read) the entry's tasks, with its held-out rule applied."""
+    """Generate (or read) the entry's tasks, with its held-out rule and budgets applied."""
     env = resolve(name, entry)
     out = EntryTasks(name, env)
     if entry.file:
@@ -91,6 +91,8 @@ def entry_tasks(name: str, entry: EnvEntry, *, seed: int = 0) -> EntryTasks:
                                   validation_share=entry.validation_share))
     if entry.all_heldout:
         out.tasks = [msgspec.structs.replace(t, split="heldout") for t in out.tasks]
+    if entry.budgets.set():
+        out.tasks = [with_budgets(t, entry.budgets.set()) for t in out.tasks]
     return out
 
 

@@ -93,3 +93,30 @@ def test_environment_url_overrides_config(tmp_path, monkeypatch):
     path.write_text('[bus]\nurl = "nats://file:1"\n')
     monkeypatch.setenv("WHET_NATS_URL", "nats://env:2")
     assert load(path).bus.url == "nats://env:2"
+
+
+def test_the_agentic_jobs_rounds_hold_100_held_out_repository_tasks_over_every_rung():
+    """configs/agentic.toml with its real task generation (no gates, no model): the evaluator's
+    stratified choice has 100 held-out repository tasks, each rung about a third of them in
+    proportion to the split, slack in the split for gate rejections, 60 validation tasks for
+    the credit table, and the episode budgets on every task."""
+    from collections import Counter
+
+    from envs.evaluation import pick_heldout
+    from envs.intake import collect
+    from envs.strata import rung_of
+
+    cfg = load(Path(__file__).parent.parent / "configs" / "agentic.toml")
+    assert cfg.warmstart.enabled and cfg.envs.mix.get("repository") == 1.0
+    heldout = [t for t, _ in collect(cfg.envs, seed=cfg.run.seed, split="heldout")[0]]
+    assert {t.domain for t in heldout} == {"repository"} and len(heldout) >= 120
+    chosen = pick_heldout(heldout, cfg.evaluator.tasks_per_domain, "heldout")["repository"]
+    assert len(chosen) >= 100
+    rungs, split = Counter(map(rung_of, chosen)), Counter(map(rung_of, heldout))
+    assert sorted(rungs) == [0, 1, 2] and min(rungs.values()) >= 25, rungs
+    for rung, n in rungs.items():  # largest remainder: within one seat of the split's share
+        assert abs(n - len(chosen) * split[rung] / len(heldout)) < 1.0, (rungs, split)
+    validation = [t for t, _ in collect(cfg.envs, seed=cfg.run.seed, split="validation")[0]]
+    assert len(pick_heldout(validation, 60, "validation")["repository"]) == 60
+    assert {(t.verifier.budget("max_steps", 0), t.verifier.budget("result_chars", 0))
+            for t in heldout + validation} == {(6, 1200)}

@@ -39,6 +39,8 @@ sys.path.insert(0, str(ROOT))
 from bench.learning.learning_run import _env, eval_rewards, heldout_by_version, read_csv  # noqa: E402
 
 OUT = ROOT / "bench" / "learning" / "results" / "ablation"
+BASE = ROOT / "configs" / "default.toml"
+"The config a variant extends (other studies pass their own: bench/repository/credit_table.py)."
 STEPS = 12
 TASKS_PER_DOMAIN = 60
 
@@ -92,12 +94,13 @@ def parse_set(items: list[str]) -> dict:
     return out
 
 
-def write_config(name: str, seed: int, overrides: dict, out_dir: Path) -> Path:
-    """The variant's config: JSON extending configs/default.toml, its runs under runs/ablation."""
+def write_config(name: str, seed: int, overrides: dict, out_dir: Path, base: Path = BASE) -> Path:
+    """The variant's config: JSON extending `base` (configs/default.toml), its runs under
+    runs/ablation."""
     folder = out_dir / "configs"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-s{seed}.json"
-    base = os.path.relpath(ROOT / "configs" / "default.toml", folder)
+    base = os.path.relpath(base, folder)
     run = {"run": {"name": f"abl-{name}-s{seed}", "seed": seed, "runs_dir": "runs/ablation"}}
     path.write_text(json.dumps({"extends": base, **merged(overrides, run)}, indent=1) + "\n")
     return path
@@ -152,13 +155,13 @@ def attach_initial(result_path: Path, eval_path: Path) -> dict:
 
 
 def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path,
-                keep: bool = False, shared: Path | None = None) -> dict:
-    """Run one variant to its last round and write its result JSON; returns it. The run's
-    checkpoints and exported model are deleted after, unless `keep`. With `shared`, the
-    version-0 round is that result's (the run skips its own)."""
+                keep: bool = False, shared: Path | None = None, base: Path = BASE) -> dict:
+    """Run one variant (extending `base`) to its last round and write its result JSON;
+    returns it. The run's checkpoints and exported model are deleted after, unless `keep`.
+    With `shared`, the version-0 round is that result's (the run skips its own)."""
     from runtime.config import load
 
-    config = write_config(name, seed, overrides, out_dir)
+    config = write_config(name, seed, overrides, out_dir, base)
     load(config)  # a bad override fails here, before anything starts
     began, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],

@@ -99,6 +99,8 @@ def render_status(snap: StackStatus, console: Console | None = None, *,
         streams.add_row(s.stream, str(s.messages), s.consumer or "-", str(s.pending),
                         str(s.in_flight), str(s.redelivered))
     console.print(streams)
+    if snap.tools.total:
+        console.print(snap.tools.text(), highlight=False, soft_wrap=True)
     if snap.heldout is not None:
         console.print(f"held-out: {round_line(snap.heldout)}", highlight=False)
         if snap.heldout.rungs:

@@ -3,10 +3,9 @@
 Consumes the actor registry (heartbeats in KV), stream and consumer state, the policy
 version, the dead-letter count, the monitor's latest `MetricsSnapshot` (KV, when a monitor
 runs), the evaluator's newest `EvalRound` (KV, when one was reported) and the
-`ActorFailure`s of kinds whose crash loop stopped the stack; produces a `StackStatus` value,
-rendered as tables or JSON by the CLI. An
-actor whose last beat is older than three of its intervals is shown as `dead`. It changes
-nothing.
+`ActorFailure`s of kinds whose crash loop stopped the stack; produces a `StackStatus` value
+(with the judges' tool calls tallied), rendered as tables or JSON by the CLI. An actor
+whose last beat is older than three of its intervals is shown as `dead`. It changes nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +18,7 @@ import msgspec
 from bus import subjects
 from bus.messages import ActorFailure, EvalRound, EvaluatorState, Heartbeat, MetricsSnapshot, WeightVersion
 from bus.nats_bus import Bus
+from runtime.stack.tool_tally import ToolTally, tally
 
 @dataclass
 class ActorRow:
@@ -64,6 +64,8 @@ class StackStatus:
     "Kinds whose crash loop stopped the stack, with the cause."
     heldout: EvalRound | None = None
     "The evaluator's newest round result, if one was reported."
+    tools: ToolTally = field(default_factory=ToolTally)
+    "Tool calls of tool episodes, from the judges' gauges (empty without tool episodes)."
 
     def live(self, kind: str) -> int:
         """Instances of `kind` that are beating and ready."""
@@ -71,6 +73,7 @@ class StackStatus:
 
     def as_dict(self) -> dict:
         out = asdict(replace(self, metrics=None, failing=[], heldout=None))
+        out["tools"] = self.tools.as_dict()
         out["metrics"] = msgspec.to_builtins(self.metrics) if self.metrics else None
         out["heldout"] = msgspec.to_builtins(self.heldout) if self.heldout else None
         out["failing"] = [failing_dict(f) for f in self.failing]
@@ -122,7 +125,8 @@ async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
                        policy_version=policy.version if policy else -1,
                        dead_letters=dead_letters, at=now, metrics=metrics,
                        failing=sorted(failing.values(), key=lambda f: f.kind),
-                       heldout=await latest_round(bus))
+                       heldout=await latest_round(bus),
+                       tools=tally(r.stats for r in rows if r.kind == "judge"))
 
 
 async def latest_round(bus: Bus) -> EvalRound | None:

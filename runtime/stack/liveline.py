@@ -6,6 +6,8 @@ stepped, the latest training figures; produces text such as
 
     4m12s  gating 37/450 tasks | held-out round at version 0: 12/109 attempts | step 1/24: 12/32 attempts
 
+and, in a run with tool episodes, `tools 10/12 well-formed (83%): read_file 5, run_tests 4, ...`.
+
 Pure: no I/O. `runtime.stack.progress` reads the heartbeats and shows the line.
 """
 
@@ -17,6 +19,7 @@ from typing import Any
 from bus import gauges as g
 from bus.messages import Heartbeat
 from runtime.config import RunConfig
+from runtime.stack.tool_tally import ToolTally, tally
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,12 @@ class Counts:
     held_attempts: int = 0
     waiting_for_round: int = -1
     sandbox_cpu_s: float = 0.0
+    tools: ToolTally = ToolTally()
+    "Tool calls of tool episodes, from the judges' gauges (empty without tool episodes)."
 
     def row(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "waiting"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("waiting", "tools")}
+        return {**out, "tool_calls": self.tools.total, "tool_well_formed": self.tools.well_formed}
 
 
 def live(beats: list[Heartbeat], now: float) -> list[Heartbeat]:
@@ -76,7 +82,8 @@ def counts(beats: list[Heartbeat], cfg: RunConfig) -> Counts:
         step=one("learner", g.LEARNER_STEP, 0),
         held_attempts=one("learner", g.LEARNER_HELD, 0),
         waiting_for_round=one("learner", g.LEARNER_WAITING_FOR_ROUND, -1),
-        sandbox_cpu_s=round(sum(b.stats.get(g.SANDBOX_CPU_S, 0.0) for b in beats), 1))
+        sandbox_cpu_s=round(sum(b.stats.get(g.SANDBOX_CPU_S, 0.0) for b in beats), 1),
+        tools=tally(b.stats for b in beats if b.kind == "judge"))
 
 
 def duration(seconds: float) -> str:
@@ -112,4 +119,6 @@ def describe(c: Counts, cfg: RunConfig, elapsed_s: float, trained: str = "") -> 
         parts.append(f"{c.judged} attempts judged")
     if trained:
         parts.append(trained)
+    if c.tools.total:
+        parts.append(c.tools.text())
     return f"{duration(elapsed_s)}  " + (" | ".join(parts) if parts else "running")
