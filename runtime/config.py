@@ -88,9 +88,13 @@ def _read(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     if path.resolve() in seen:
         raise ConfigError(str(path), "extends", "files extend each other in a loop")
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise ConfigError(str(path), "", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise ConfigError(str(path), "", f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} on line "
+                          f"{line}): TOML files are UTF-8; save it as UTF-8") from None
     try:
         data = msgspec.json.decode(text) if path.suffix == ".json" else tomllib.loads(text)
     except (tomllib.TOMLDecodeError, msgspec.DecodeError) as exc:

@@ -324,3 +324,16 @@ def test_status_of_a_stopped_run_says_so_in_one_line_without_connecting(tmp_path
     assert (result.returncode, result.stderr) == (1, "")
     assert result.stdout == ("run r-1 is not running (its stack and embedded server stopped); "
                              "start one with 'whet up'\n")
+
+
+@pytest.mark.unit
+def test_a_config_that_is_not_utf8_is_one_line_naming_the_line(tmp_path):
+    """A config saved in Latin-1 is one line naming the file, the byte and its line, and the
+    fix; exit 2 (it was a UnicodeDecodeError traceback)."""
+    config = tmp_path / "latin1.toml"
+    config.write_bytes(b'extends = "' + str(ROOT / "configs" / "default.toml").encode()
+                       + b'"\n[run]\nname = "caf\xe9"\n')
+    r = whet("doctor", "--config", str(config))
+    assert r.returncode == 2
+    assert one_line(r) == (f"whet: {config}: not UTF-8 text (byte 0xe9 on line 3): TOML files "
+                           "are UTF-8; save it as UTF-8")
