@@ -7,6 +7,7 @@ demonstration's assistant turns through the real sampling loop (stop strings inc
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -310,3 +311,56 @@ def test_whet_sft_bad_input_is_one_line_and_exit_2(tmp_path):
                  "--lr", "-1")
     assert lr.exit_code == 2 and "lr" in lr.output
     assert not (tmp_path / "out").exists()
+
+
+def warm_run(tmp_path, demos: str):
+    """A tiny run's config with the warm start on, and a fresh run directory for it."""
+    from runtime.config import load
+    from runtime.stack.rundir import RunDir
+
+    config = tiny_config_file(tmp_path)
+    with open(config, "a") as f:
+        f.write(f'[warmstart]\nenabled = true\ndemos = "{demos}"\nlr = 1e-2\nbatch_size = 2\n')
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    return load(config), RunDir(run.resolve())
+
+
+@pytest.mark.bus
+def test_the_warmstart_stage_trains_once_and_points_the_rl_stage_at_its_model(tmp_path):
+    """With [warmstart] enabled the run's config leaves with [model] path at
+    <run>/warmstart/model (in the resolved config the actors read too), one warmstart.done
+    event names its steps and losses, and a second call trains nothing."""
+    from runtime import log as log_mod
+    from runtime.config import load
+    from runtime.stack import warmstart
+
+    cfg, rd = warm_run(tmp_path, demos_file(tmp_path, [answer(n) for n in range(4)]))
+    log_mod.configure(kind="supervisor", instance="supervisor", run_id="r1", run_dir=rd.path,
+                      console=False)
+    rl = warmstart.prepare(cfg, rd)
+    model = rd.path / "warmstart" / "model"
+    assert rl.model.path == str(model) and (model / "config.json").is_file()
+    assert load(rd.config_file).model.path == str(model)
+    events = [json.loads(line) for line in (rd.path / "logs" / "supervisor.jsonl").open()]
+    [done] = [e for e in events if e["event"] == "warmstart.done"]
+    report = json.loads((rd.path / "warmstart" / "sft.json").read_text())
+    assert done["fields"]["steps"] == report["steps"] == 2
+    assert done["fields"]["loss_first"] == report["loss"][0]
+    assert done["fields"]["loss_last"] == report["loss"][-1] and done["fields"]["seconds"] > 0
+    stamp = (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns
+    assert warmstart.prepare(cfg, rd).model.path == str(model)
+    assert (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns == stamp
+
+
+@pytest.mark.unit
+@pytest.mark.skipif(importlib.util.find_spec("envs.demos") is not None,
+                    reason="envs.demos is here: '' makes the demonstrations with it")
+def test_a_warmstart_without_demos_file_or_envs_demos_is_a_clear_config_error(tmp_path):
+    """demos = '' while envs.demos does not exist: a ConfigError naming the key and the fix."""
+    from bus.errors import ConfigError
+    from runtime.stack import warmstart
+
+    cfg, rd = warm_run(tmp_path, "")
+    with pytest.raises(ConfigError, match="warmstart.demos.*whet demos"):
+        warmstart.prepare(cfg, rd)
