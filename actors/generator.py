@@ -108,8 +108,8 @@ class Generator:
         if not attempt.turns or not attempt.turns[-1].feedback:
             raise ValueError(f"continuation {attempt.attempt_id}: its last turn has no feedback")
         last = attempt.turns[-1]
-        closed = last.finish_reason == "stop" and bool(
-            set(unpack_ids(last.completion_ids)[-1:].tolist()) & self.engine.chat.end_ids)
+        closed = self.engine.chat.closes(unpack_ids(last.completion_ids).tolist(),
+                                         last.finish_reason)
         role = "tool" if is_tool_task(attempt.task) else "user"
         added = self.engine.chat.feedback_ids(last.feedback, closed, role)
         context = context_of(attempt) + added

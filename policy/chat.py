@@ -39,6 +39,11 @@ class ChatFormat:
         """Ids of the opening context: the user's prompt and an open assistant turn."""
         return self.encode(self.render([{"role": "user", "content": prompt}], True))
 
+    def closes(self, completion_ids: Sequence[int], finish_reason: str) -> bool:
+        """Whether a completion closed its own turn: it stopped on an end-of-turn token (a
+        stop string leaves the turn open, for `feedback_ids` to close)."""
+        return finish_reason == "stop" and bool(set(completion_ids[-1:]) & self.end_ids)
+
     def feedback_ids(self, feedback: str, closed: bool, role: str = "user") -> list[int]:
         """Ids that follow a completion: close its turn (unless it `closed` itself), add the
         feedback as a turn of `role` ('user', or 'tool' for a tool's result), open the next

@@ -124,3 +124,9 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor,
     scaled = logits.float() / (temperature if temperature > 0 else 1.0)
     picked = scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     return picked - torch.logsumexp(scaled, dim=-1)
+
+
+def masked_nll(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Summed negative log-likelihood of `targets` [B, T] where `mask` [B, T] is 1, under
+    `logits` [B, T, V] at temperature 1: supervised fine-tuning's loss before its mean."""
+    return -(token_logprobs(logits, targets) * mask).sum()

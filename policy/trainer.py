@@ -1,4 +1,4 @@
-"""One DeepSpeed rank of the learner: the policy-gradient step, checkpoints, weight export.
+"""One DeepSpeed rank of the learner: policy-gradient and SFT steps, checkpoints, weights.
 
 Consumes training samples (the same full list on every rank; each rank takes its shard),
 checkpoint and export requests; produces optimizer updates, DeepSpeed checkpoints (the
@@ -184,6 +184,46 @@ class Trainer:
                    optimizer_steps=float(self.engine.global_steps),
                    grad_norm=float(norm) if norm is not None and math.isfinite(float(norm)) else -1.0)
         return out
+
+    def sft_step(self, samples: list[TrainSample]) -> dict[str, float]:
+        """One optimizer update of supervised fine-tuning: the token mean, over `samples`,
+        of the negative log-likelihood of their trained (`sampled`) tokens at temperature 1.
+        Returns that mean (before the update), the tokens and the step's seconds."""
+        self._bind()
+        began = time.monotonic()
+        tokens = max(1, sum(int(s.sampled[1:].sum()) for s in samples))
+        nll = 0.0
+        for micro in self._micro_batches(samples):
+            summed = self._nll_sum(micro)
+            # DeepSpeed averages gradients over ranks, so scale up.
+            self.engine.backward(summed * (self.world / tokens))
+            nll += float(summed.detach())
+        self.engine.step()
+        if self.world > 1:
+            nll = self._summed({"nll": nll})["nll"]
+        norm = self.engine.get_global_grad_norm()
+        return {"loss": nll / tokens, "tokens": float(tokens),
+                "train_s": time.monotonic() - began,
+                "grad_norm": float(norm) if norm is not None and math.isfinite(float(norm)) else -1.0}
+
+    def sft_loss(self, samples: list[TrainSample]) -> float:
+        """The token-mean negative log-likelihood of `samples`' trained tokens, no update."""
+        import torch
+
+        self._bind()
+        tokens = max(1, sum(int(s.sampled[1:].sum()) for s in samples))
+        with torch.no_grad():
+            nll = sum(float(self._nll_sum(m)) for m in self._micro_batches(samples))
+        if self.world > 1:
+            nll = self._summed({"nll": nll})["nll"]
+        return nll / tokens
+
+    def _nll_sum(self, micro: list[TrainSample]) -> Any:
+        from policy.objective import masked_nll
+
+        batch = self._tensors(micro)
+        logits = self.engine(input_ids=batch["input_ids"]).logits
+        return masked_nll(logits[:, :-1], batch["targets"], batch["mask"])
 
     def _summed(self, totals: dict[str, float]) -> dict[str, float]:
         import torch

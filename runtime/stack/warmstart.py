@@ -1,0 +1,62 @@
+"""The `[warmstart]` stage of a run: supervised fine-tuning before the RL stage starts.
+
+Consumes the run's config and its run directory. When `[warmstart] enabled`, trains on the
+demonstrations (the `[warmstart] demos` file, or, when '', those `envs.demos.make_demos`
+makes from the training split) into <run>/warmstart/ (`policy.warmstart`), logs one
+`warmstart.done` event, and returns the config with `[model] path` at
+<run>/warmstart/model, written into the run's resolved config too: every actor then starts
+from it as version 0. A run whose warm start is done (sft.json there) is not trained again.
+It starts no actor and touches no bus.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import msgspec
+import structlog
+
+from bus.errors import ConfigError
+from bus.messages import Demo
+from policy import warmstart
+from policy.sft import read_demos
+from runtime.config import RunConfig, dump
+from runtime.stack.rundir import RunDir
+
+log = structlog.get_logger("runtime.stack.warmstart")
+
+
+def demonstrations(cfg: RunConfig, source: str) -> list[Demo]:
+    """The warm start's demonstrations: the `[warmstart] demos` file, else made from the
+    run's training split; ConfigError when neither is available."""
+    if cfg.warmstart.demos:
+        return read_demos(Path(cfg.warmstart.demos).expanduser())
+    try:
+        from envs.demos import make_demos
+    except ImportError:
+        raise ConfigError(source, "warmstart.demos",
+                          "'' makes demonstrations from the training split with envs.demos, "
+                          "which this build lacks: set it to a file `whet demos` wrote") from None
+    return list(make_demos(cfg))
+
+
+def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
+    """`cfg` for the RL stage: unchanged without a warm start, else with `[model] path` at
+    the warm start's model (trained first unless <run>/warmstart/sft.json says it was)."""
+    if not cfg.warmstart.enabled:
+        return cfg
+    out = rd.path / "warmstart"
+    if not (out / "sft.json").is_file():
+        demos = demonstrations(cfg, str(rd.config_file))
+        report = anyio.run(lambda: warmstart.train(
+            demos, cfg.trainer, cfg.warmstart, out, cfg.generator.sampling.stop, cfg.run.seed,
+            cfg.warmstart.demos or "demonstrations of the training split"))
+        log.info("warmstart.done", steps=report.steps, loss_first=report.loss[0],
+                 loss_last=report.loss[-1], seconds=report.wall_s, cpu_s=report.cpu_s,
+                 demos=report.demos_used, too_long=len(report.left_out_too_long),
+                 model=str(out / "model"))
+    rl = msgspec.structs.replace(cfg, model=msgspec.structs.replace(
+        cfg.model, path=str(out / "model")))
+    rd.config_file.write_bytes(dump(rl))
+    return rl
