@@ -26,6 +26,7 @@ class WhetError(Exception):
         ├── RunError             a run directory or stack is missing or in the wrong state
         │   └── ActorFailed          a kind crashed again and again before it was ready
         ├── InputError           a user-supplied file (tasks, attempts) has a bad record
+        ├── SandboxUnavailable   this machine lacks what a sandbox backend needs (a tool, a tree)
         └── EndpointError        a model endpoint cannot be reached or gave no usable answer"""
 
 
@@ -110,3 +111,9 @@ class InputError(WhetError):
 class EndpointError(WhetError):
     """An OpenAI-compatible model endpoint (`whet eval --endpoint`) could not be reached or
     gave no usable answer; the message names the URL, the cause and what to check."""
+
+
+class SandboxUnavailable(WhetError, RuntimeError):
+    """A sandbox backend cannot open on this machine (bubblewrap missing, no Docker engine, an
+    environment tree not built); the message names what is missing and the fix. A RuntimeError
+    too, for the callers that caught the backend's failure to open as one."""

@@ -24,6 +24,7 @@ import aiodocker
 import anyio
 import structlog
 
+from bus.errors import SandboxUnavailable
 from sandbox import envs
 
 log = structlog.get_logger("sandbox.engine")
@@ -58,7 +59,7 @@ def start_private_dockerd() -> subprocess.Popen:
     """Start dockerd on the private socket, detached (it outlives this process)."""
     dockerd = shutil.which("dockerd") or "/usr/sbin/dockerd"
     if not os.access(dockerd, os.X_OK):
-        raise RuntimeError("no dockerd: apt-get install docker.io (or set docker_host)")
+        raise SandboxUnavailable("no dockerd: apt-get install docker.io (or set docker_host)")
     for folder in (Path(PRIVATE_SOCKET).parent, Path(PRIVATE_DATA), Path(PRIVATE_EXEC)):
         folder.mkdir(parents=True, exist_ok=True)
     logfile = open(Path(PRIVATE_DATA).parent / "dockerd.log", "ab")
@@ -114,7 +115,7 @@ async def ensure_image(docker: aiodocker.Docker, env: envs.EnvSpec, configured_d
             raise
     tar = envs.tarball(env, configured_dir)
     if not envs.is_built(env, configured_dir):
-        raise RuntimeError(f"runtime {env.key} is not built; run `python -m sandbox.envbuild`")
+        raise SandboxUnavailable(f"runtime {env.key} is not built; run `python -m sandbox.envbuild`")
     repo, tag = env.image.rsplit(":", 1)
     started = time.monotonic()
     with open(tar, "rb") as body:

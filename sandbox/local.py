@@ -26,6 +26,7 @@ from pathlib import Path
 import anyio
 import structlog
 
+from bus.errors import SandboxUnavailable
 from bus.messages import ExecutionResult, Job
 from sandbox import cgroups, envs, host
 from sandbox.config import SandboxConfig
@@ -95,7 +96,7 @@ class LocalBackend:
     async def open(cls, config: SandboxConfig, slots: int) -> LocalBackend:
         problems = host.local_problems(HOST_PYTHON)
         if problems:
-            raise RuntimeError("; ".join(f"{what} (fix: {fix})" for what, fix in problems))
+            raise SandboxUnavailable("; ".join(f"{what} (fix: {fix})" for what, fix in problems))
         backend = cls(config, slots)
         backend.bwrap = host.which(host.BUBBLEWRAP.command) or BWRAP
         if config.prefork:

@@ -337,3 +337,22 @@ def test_a_config_that_is_not_utf8_is_one_line_naming_the_line(tmp_path):
     assert r.returncode == 2
     assert one_line(r) == (f"whet: {config}: not UTF-8 text (byte 0xe9 on line 3): TOML files "
                            "are UTF-8; save it as UTF-8")
+
+
+BWRAP_LINE = ("whet: bubblewrap is not installed: the local sandbox backend runs bwrap, which is "
+              "not on PATH (fix: apt-get install -y --no-install-recommends bubblewrap)")
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("verb", ["tasks check", "judge"])
+def test_a_verb_that_needs_bubblewrap_without_it_is_one_line_and_exit_2(tmp_path, verb):
+    """`whet tasks check` and `whet judge` with bubblewrap off PATH print the missing tool and
+    its install command on one line, exit 2 (they raised a RuntimeError traceback)."""
+    task = SUM
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_bytes(msgspec.json.encode(task) + b"\n")
+    attempts = tmp_path / "attempts.jsonl"
+    attempts.write_text(json.dumps({"task_id": task.task_id, "completion": "print(1)"}) + "\n")
+    args = ["tasks", "check", str(tasks)] if verb == "tasks check" else ["judge", str(tasks), str(attempts)]
+    r = whet(*args, PATH=str(Path(sys.executable).parent))
+    assert r.returncode == 2 and one_line(r) == BWRAP_LINE

@@ -14,33 +14,19 @@ from __future__ import annotations
 
 import shutil
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import anyio
 
 from runtime.config import RunConfig
+from runtime.stack.problem import Problem
+from runtime.stack.references import reference_problems
 from runtime.connect import topology
 from sandbox.config import SandboxConfig
 
 EMBEDDED_STORE_SHARE = 0.75
 "Share of the free disk the embedded nats-server lets JetStream reserve (its default)."
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing this machine lacks for this config."""
-
-    what: str
-    "What is missing or wrong."
-    where: str
-    "The config key (or machine part) it follows from."
-    fix: str
-    "The command or change that fixes it."
-
-    def line(self) -> str:
-        return f"{self.what} [{self.where}]; fix: {self.fix}"
 
 
 def sandboxes_in_use(cfg: RunConfig) -> dict[str, SandboxConfig]:
@@ -176,8 +162,6 @@ def port_problems(cfg: RunConfig) -> list[Problem]:
 
 async def check(cfg: RunConfig) -> list[Problem]:
     """Every problem this machine has with `cfg` (empty: ready to start)."""
-    from runtime.stack.references import reference_problems
-
     out: list[Problem] = await anyio.to_thread.run_sync(reference_problems, cfg)
     seen = set()
     for key, sandbox in sandboxes_in_use(cfg).items():

@@ -1,6 +1,6 @@
 """Preflight of the names a config refers to: each one resolved before anything starts.
 
-Consumes a `RunConfig`; produces `preflight.Problem`s for an environment that does not exist
+Consumes a `RunConfig`; produces `Problem`s for an environment that does not exist
 or will not load (`[envs.use.<name>]`: built-in name, `target` module and attribute, task
 `file`, `verifiers` module), a training-mix domain no enabled environment provides, and an
 extra actor kind (`[actors.target]`) whose module or function is missing. Each names the key as
@@ -10,22 +10,20 @@ and starts nothing.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 from pathlib import Path
 
 from bus.errors import ConfigError
 from runtime.config import RunConfig
+from runtime.stack.problem import Problem
 
 
-def reference_problems(cfg: RunConfig) -> list:
+def reference_problems(cfg: RunConfig) -> list[Problem]:
     """Every name in `cfg` that does not resolve, one `Problem` each."""
     return [*_environment_problems(cfg), *_mix_problems(cfg), *_actor_problems(cfg)]
 
 
-def _problem(what: str, where: str, fix: str):
-    from runtime.stack.preflight import Problem  # preflight imports this module
-
+def _problem(what: str, where: str, fix: str) -> Problem:
     return Problem(what, where, fix)
 
 
@@ -83,25 +81,27 @@ def _mix_problems(cfg: RunConfig) -> list:
 
 
 def _actor_problems(cfg: RunConfig) -> list:
+    from runtime.stack.actor import resolve_target  # the path an actor's process takes
+
     out = []
     for kind, target in cfg.actors.target.items():
         where = f"actors.target.{kind}"
         module, _, function = target.partition(":")
         try:
-            found = importlib.util.find_spec(module) if module else None
-        except (ImportError, ValueError):
-            found = None
-        if found is None:
-            out.append(_problem(f"no module {module!r} for actor kind {kind!r}", where,
-                                "write 'module:function' of an importable module (on PYTHONPATH)"))
+            found = resolve_target(kind, cfg)
+        except ModuleNotFoundError as exc:
+            what = (f"no module {module!r} for actor kind {kind!r}" if exc.name == module
+                    else f"module {module!r} fails to import: {exc}")
+            out.append(_problem(what, where, "write 'module:function' of an importable module "
+                                "(on PYTHONPATH)"))
             continue
-        try:
-            loaded = importlib.import_module(module)
+        except (AttributeError, ValueError):
+            found = None
         except Exception as exc:  # noqa: BLE001 - the user's module failing to import is the finding
             out.append(_problem(f"module {module!r} fails to import: {type(exc).__name__}: {exc}",
                                 where, "fix the module so that it imports"))
             continue
-        if not function or not callable(getattr(loaded, function, None)):
+        if not callable(found):
             out.append(_problem(f"module {module!r} has no function {function!r} for actor kind "
                                 f"{kind!r}", where, "name an async function run(bus, config)"))
     return out
