@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import Any, Awaitable, Callable, Iterator, Mapping
 
 import msgspec
 
@@ -63,6 +63,9 @@ class Environment:
     "Executor environment spec the tasks run in."
     limits: Limits = GENERATED_LIMITS
     "Limits of each execution of an attempt."
+    demo_agent: Callable[[Task, Any, random.Random, bool], Awaitable[tuple[Any, bool]]] | None = None
+    ("Tool tasks: `(task, backend, rng, wrong_first) -> (agent, wrong_first_made)`, a scripted "
+     "agent whose episodes are demonstrations (`envs.demos`); None: no tool demonstrations.")
 
 
 def task_id(env: Environment, level: int, draft: Draft) -> str:

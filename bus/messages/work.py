@@ -384,3 +384,5 @@ class Demo(Message, tag="whet.demo.v1"):
     outcome: str = "pass"
     "The judge's outcome for the demonstration's answer (only passing ones are written)."
     family: str = ""
+    repaired: bool = False
+    "A scripted episode whose first edit was wrong, shown so by the tests, then repaired."

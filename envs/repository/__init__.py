@@ -19,6 +19,7 @@ import random
 
 from bus.messages import Limits, Verifier
 from envs.environment import Draft, Environment
+from envs.repository.agent import demo_agent
 from envs.repository.cases import choose_visible, make_cases, unittest_file
 from envs.repository.shop import make_project
 from judging import repo
@@ -55,5 +56,5 @@ ENVIRONMENT = Environment(
     summary="Fix an injected defect in a small Python package, through tools (list, read, "
             "write, run tests, submit).",
     levels=3, difficulty="deeper faults: the failing module, one module below, across two modules",
-    make_task=make_task,
+    make_task=make_task, demo_agent=demo_agent,
     limits=Limits(timeout_s=10.0, cpu_s=10.0, memory_mb=256, pids=16, disk_mb=16))

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import typer
 
-from runtime.cli import (auth, compose, down, judge, redteam, review, scale, sft, status, tail,
-                         tasks, trace, up)
+from runtime.cli import (auth, compose, demos, down, judge, redteam, review, scale, sft, status,
+                         tail, tasks, trace, up)
 from runtime.cli import eval as eval_verb
 from runtime.cli import exec as exec_verb
 from runtime.cli import export_model
@@ -20,5 +20,5 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="whetstone: RL post-training on verifiable tasks, as actors on NATS.")
 
 for _verb in (up, down, scale, status, tail, auth, trace, exec_verb, judge, redteam, tasks, compose,
-              review, export_model, eval_verb, sft):
+              review, export_model, eval_verb, sft, demos):
     _verb.register(app)

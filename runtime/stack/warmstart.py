@@ -38,7 +38,11 @@ def demonstrations(cfg: RunConfig, source: str) -> list[Demo]:
         raise ConfigError(source, "warmstart.demos",
                           "'' makes demonstrations from the training split with envs.demos, "
                           "which this build lacks: set it to a file `whet demos` wrote") from None
-    return list(make_demos(cfg))
+    made = anyio.run(lambda: make_demos(
+        cfg.envs, cfg.executor.sandbox, seed=cfg.run.seed, judge=cfg.judge,
+        domains=cfg.warmstart.domains, per_task=cfg.warmstart.per_task,
+        concurrency=cfg.executor.concurrency))
+    return made.demos
 
 
 def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
