@@ -119,4 +119,4 @@ def test_the_agentic_jobs_rounds_hold_100_held_out_repository_tasks_over_every_r
     validation = [t for t, _ in collect(cfg.envs, seed=cfg.run.seed, split="validation")[0]]
     assert len(pick_heldout(validation, 60, "validation")["repository"]) == 60
     assert {(t.verifier.budget("max_steps", 0), t.verifier.budget("result_chars", 0))
-            for t in heldout + validation} == {(6, 1200)}
+            for t in heldout + validation} == {(12, 1200)}
