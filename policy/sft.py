@@ -6,8 +6,8 @@ conversation, token in, token out (the first user message by `prompt_ids`, each 
 message encoded as its sampled completion, each later message by `feedback_ids`), and whose
 `sampled` mask marks the assistant's tokens alone: prompts and tool results are context.
 An assistant turn that does not end in a stop string closes itself with the end-of-turn
-token, as the model must emit it; so does the last turn; both are trained. Also reads
-demonstrations from a JSON-lines file and cuts rows into an SFT run's batches. No training.
+token, as the model must emit it; so does the last turn; both are trained. Also cuts rows
+into an SFT run's batches (the file is read by `bus.demos_file`). No training.
 """
 
 from __future__ import annotations
@@ -15,14 +15,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Sequence
 
-import msgspec
 import numpy as np
 
-from bus.errors import InputError
-from bus.jsonlines import numbered_lines
 from bus.messages import Demo
 from policy.batch import TrainSample
 from policy.chat import ChatFormat
@@ -115,22 +111,3 @@ def sft_batches(samples: Sequence[TrainSample], batch_size: int, epochs: float,
     return [order[i:i + batch_size] for i in range(0, want, batch_size)]
 
 
-def read_demos(path: Path) -> list[Demo]:
-    """The demonstrations in a JSON-lines file (one `Demo` a line, as `whet demos` writes);
-    InputError naming the file and line of the first bad record."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise InputError(str(path), 0, "", f"cannot read: {exc.strerror or exc}") from None
-    lines, errors = numbered_lines(data, str(path))
-    if errors:
-        raise errors[0]
-    demos = []
-    for line_no, line in lines:
-        try:
-            demos.append(msgspec.json.decode(line, type=Demo))
-        except msgspec.ValidationError as exc:
-            raise InputError(str(path), line_no, "", f"not a demonstration: {exc}") from None
-        except msgspec.DecodeError as exc:
-            raise InputError(str(path), line_no, "", f"not JSON: {exc}") from None
-    return demos

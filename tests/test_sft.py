@@ -7,7 +7,6 @@ demonstration's assistant turns through the real sampling loop (stop strings inc
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
@@ -351,16 +350,3 @@ def test_the_warmstart_stage_trains_once_and_points_the_rl_stage_at_its_model(tm
     stamp = (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns
     assert warmstart.prepare(cfg, rd).model.path == str(model)
     assert (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns == stamp
-
-
-@pytest.mark.unit
-@pytest.mark.skipif(importlib.util.find_spec("envs.demos") is not None,
-                    reason="envs.demos is here: '' makes the demonstrations with it")
-def test_a_warmstart_without_demos_file_or_envs_demos_is_a_clear_config_error(tmp_path):
-    """demos = '' while envs.demos does not exist: a ConfigError naming the key and the fix."""
-    from bus.errors import ConfigError
-    from runtime.stack import warmstart
-
-    cfg, rd = warm_run(tmp_path, "")
-    with pytest.raises(ConfigError, match="warmstart.demos.*whet demos"):
-        warmstart.prepare(cfg, rd)

@@ -6,6 +6,6 @@ agent's judged episodes), `records` the JSON-lines file. `whet demos` is the com
 """
 
 from envs.demos.make import DomainTally, Made, in_use, make_demos
-from envs.demos.records import read_demos, write_demos
+from bus.demos_file import read_demos, write_demos
 
 __all__ = ["DomainTally", "Made", "in_use", "make_demos", "read_demos", "write_demos"]

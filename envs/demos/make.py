@@ -7,7 +7,7 @@ per domain. Tasks come as the sampler's intake takes them (`envs.intake.collect`
 'train', `[envs] train_ids` applied, then the same gates and gate cache), so no held-out or
 validation task ever enters. Single-turn tasks give their reference answer
 (`envs.demos.answers`), tool tasks their environment's scripted episodes
-(`envs.demos.episodes`). It trains nothing and writes no file (`envs.demos.records` does).
+(`envs.demos.episodes`). It trains nothing and writes no file (`bus.demos_file` does).
 """
 
 from __future__ import annotations

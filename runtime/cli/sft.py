@@ -20,7 +20,7 @@ import typer
 from bus.errors import ConfigError
 from policy import warmstart
 from policy.config import WarmstartConfig
-from policy.sft import read_demos
+from bus.demos_file import read_demos
 from runtime import config as config_mod
 from runtime import log as log_mod
 from runtime.cli.options import friendly

@@ -17,27 +17,22 @@ import anyio
 import msgspec
 import structlog
 
-from bus.errors import ConfigError
 from bus.messages import Demo
+from bus.demos_file import read_demos
 from policy import warmstart
-from policy.sft import read_demos
 from runtime.config import RunConfig, dump
 from runtime.stack.rundir import RunDir
 
 log = structlog.get_logger("runtime.stack.warmstart")
 
 
-def demonstrations(cfg: RunConfig, source: str) -> list[Demo]:
+def demonstrations(cfg: RunConfig) -> list[Demo]:
     """The warm start's demonstrations: the `[warmstart] demos` file, else made from the
-    run's training split; ConfigError when neither is available."""
+    run's training split (`envs.demos`, imported here: it loads the environments)."""
     if cfg.warmstart.demos:
         return read_demos(Path(cfg.warmstart.demos).expanduser())
-    try:
-        from envs.demos import make_demos
-    except ImportError:
-        raise ConfigError(source, "warmstart.demos",
-                          "'' makes demonstrations from the training split with envs.demos, "
-                          "which this build lacks: set it to a file `whet demos` wrote") from None
+    from envs.demos import make_demos
+
     made = anyio.run(lambda: make_demos(
         cfg.envs, cfg.executor.sandbox, seed=cfg.run.seed, judge=cfg.judge,
         domains=cfg.warmstart.domains, per_task=cfg.warmstart.per_task,
@@ -52,7 +47,7 @@ def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
         return cfg
     out = rd.path / "warmstart"
     if not (out / "sft.json").is_file():
-        demos = demonstrations(cfg, str(rd.config_file))
+        demos = demonstrations(cfg)
         report = anyio.run(lambda: warmstart.train(
             demos, cfg.trainer, cfg.warmstart, out, cfg.generator.sampling.stop, cfg.run.seed,
             cfg.warmstart.demos or "demonstrations of the training split"))

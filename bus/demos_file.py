@@ -3,7 +3,9 @@
 Consumes demonstrations, or a file's bytes; produces the file (written whole, then moved into
 place, so a reader never sees half of it) or the demonstrations, in file order. A bad line
 stops the read with an `InputError` naming the file, the line and what is wrong: a warm
-start trains on all of the file or none of it. It makes no demonstrations.
+start trains on all of the file or none of it. It lives in `bus/`, beside `bus.jsonlines`, so
+`envs` (which writes it) and `policy` (which trains on it) share one reader. It makes no
+demonstrations.
 """
 
 from __future__ import annotations
