@@ -5,7 +5,8 @@ backend and a workspace cache; produces the task's `Demo`s (one per seeded rng):
 episode runs through `judging.episode.run_episode` in a session opened as an executor opens
 one, its final workspace is judged by `judge_episode` (hidden tests, tamper signs), and only
 a passing episode whose every assistant turn is one well-formed tool call is kept. The tool
-messages are the session's real results (`result_message`). It gates nothing.
+messages are the session's real results (`result_message`), up to the last call (submit's
+answer is left out: a demonstration ends with the assistant's turn). It gates nothing.
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ async def episode_demo(task: Task, env: Environment, backend, cache, rng: random
         return EpisodeDemo(None, f"infra: {log.infra[:200]}")
     outcome = await judge_episode(task, log, backend)
     messages = [DemoMessage(role=m["role"], content=m["content"]) for m in log.messages]  # type: ignore[arg-type]
+    while messages and messages[-1].role == "tool":  # submit's answer is context for no turn
+        messages.pop()
     if outcome is None or outcome.outcome != "pass":
         return EpisodeDemo(None, f"{outcome.outcome}: {outcome.cause}" if outcome else "dropped")
     if not well_formed(messages) or log.end != "submit":
