@@ -28,7 +28,7 @@ from bus.nats_bus import Bus
 from judging import kinds
 from judging.attribution import Cause
 from judging.config import JudgeConfig
-from judging.drive import judge_run, prepare
+from judging.drive import judge_run, penalised_turns, prepare
 from judging.feedback import feedback_for
 from judging.judgement import Judgement, dropped
 from judging.steps import start_of, step_credit
@@ -223,11 +223,6 @@ class Judge:
             log.warning("judge.dropped", evidence=judgement.evidence[:500], **fields)
         else:
             log.info("judge.judged", **fields)
-
-
-def penalised_turns(attempt: Attempt) -> int:
-    """Turns the reward's turn penalty counts: a tool episode's steps are not retries."""
-    return 1 if is_tool_task(attempt.task) else len(attempt.turns)
 
 
 def completion_tokens(attempt: Attempt) -> int:
