@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import anyio
+import msgspec
 import pytest
 
 from envs.environment import generate
@@ -18,7 +19,6 @@ from tests.conftest import ROOT
 from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 from tests.test_eval_cli import printed, whet
 
-pytestmark = [pytest.mark.bus, pytest.mark.usefixtures("built_envs")]
 
 CONFIG = f"""
 extends = "{ROOT}/configs/repository.toml"
@@ -48,6 +48,8 @@ def config(tmp_path):
     return path
 
 
+@pytest.mark.bus
+@pytest.mark.usefixtures("built_envs")
 def test_whet_eval_plays_repository_episodes_and_reports_their_figures(tmp_path, config):
     """Two held-out repository tasks, two turns each: judged and counted, and the turns, the
     well-formed share, calls and ends printed and kept per task in --out."""
@@ -64,6 +66,8 @@ def test_whet_eval_plays_repository_episodes_and_reports_their_figures(tmp_path,
     assert record["episodes"]["repository"]["ends"] == {"turns": 2}
 
 
+@pytest.mark.bus
+@pytest.mark.usefixtures("built_envs")
 def test_an_endpoint_refuses_a_tool_domain_in_one_line(config):
     """--endpoint serves single-turn tasks only: a tool domain is one clear line, exit 2."""
     done = whet("--endpoint", "http://127.0.0.1:9", "--model", "m", "--config", str(config),
@@ -72,6 +76,8 @@ def test_an_endpoint_refuses_a_tool_domain_in_one_line(config):
     assert "single-turn tasks only; repository runs tool episodes" in done.stderr
 
 
+@pytest.mark.bus
+@pytest.mark.usefixtures("built_envs")
 async def test_concurrent_episodes_share_batches_in_real_sessions(config):
     """Three tiny-model episodes of two turns: each round of turns is one batch of three rows,
     each malformed turn is answered at once, and each final workspace comes back."""
@@ -89,3 +95,29 @@ async def test_concurrent_episodes_share_batches_in_real_sessions(config):
         first, second = episode.attempt.turns
         assert second.feedback and first.feedback.startswith("error: ")  # no call from tiny
         assert set(task.files) <= set(episode.attempt.workspace)
+
+
+@pytest.mark.unit
+def test_limit_caps_every_domain_and_episode_figures_sum_by_domain():
+    """--limit N caps tasks_per_domain and each domain_tasks entry at N; a domain's episode
+    figures are its tasks' turns, well-formed calls, calls by tool and ends summed."""
+    from runtime.cli.eval import narrowed
+    from runtime.config import RunConfig
+    from runtime.evaluate.record import episode_scores
+    from runtime.evaluate.round import TaskResult
+
+    cfg = RunConfig()
+    cfg = msgspec.structs.replace(cfg, evaluator=msgspec.structs.replace(
+        cfg.evaluator, tasks_per_domain=40, domain_tasks={"humaneval": 10, "python": 3}))
+    ev = narrowed(cfg, [], None, None, limit=5).evaluator
+    assert ev.tasks_per_domain == 5 and ev.domain_tasks == {"humaneval": 5, "python": 3}
+    results = {
+        "a": TaskResult(domain="repository", outcome="fail", reward=0.1, turns=4, well_formed=3,
+                        tools={"read_file": 2, "submit": 1}, end="submit"),
+        "b": TaskResult(domain="repository", outcome="pass", reward=1.0, turns=6, well_formed=0,
+                        end="steps"),
+        "c": TaskResult(domain="python", outcome="pass", reward=1.0)}
+    [(domain, score)] = episode_scores(results).items()
+    assert domain == "repository" and (score.episodes, score.turns, score.well_formed) == (2, 10, 3)
+    assert score.share == 0.3 and score.tools == {"read_file": 2, "submit": 1}
+    assert score.ends == {"steps": 1, "submit": 1}
