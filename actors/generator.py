@@ -29,6 +29,7 @@ from bus.consumer import Delivery, consume
 from bus.messages import Attempt, TaskAssignment, Turn
 from bus.nats_bus import Bus
 from judging.tools import is_tool_task
+from policy.chat import ChatFormat
 from policy.engine import Engine, RowSettings, Sample, SampleRequest, room_left
 from policy.engines import open_engine
 from policy.follower import WeightFollower
@@ -57,6 +58,17 @@ def context_of(attempt: Attempt) -> list[int]:
         ids.extend(unpack_ids(turn.prompt_ids).tolist())
         ids.extend(unpack_ids(turn.completion_ids).tolist())
     return ids
+
+
+def next_context(attempt: Attempt, chat: ChatFormat) -> tuple[list[int], list[int]]:
+    """(ids added before the next sample, the whole context): the stored tokens of every
+    turn, then the last turn's feedback as a user turn (a tool message in a tool episode),
+    the last completion's turn closed unless it closed itself. Nothing is re-tokenised."""
+    last = attempt.turns[-1]
+    closed = chat.closes(unpack_ids(last.completion_ids).tolist(), last.finish_reason)
+    role = "tool" if is_tool_task(attempt.task) else "user"
+    added = chat.feedback_ids(last.feedback, closed, role)
+    return added, context_of(attempt) + added
 
 
 class Generator:
@@ -107,12 +119,7 @@ class Generator:
         tool episode, a tool message) and publish it; its `policy_version` is its oldest turn's."""
         if not attempt.turns or not attempt.turns[-1].feedback:
             raise ValueError(f"continuation {attempt.attempt_id}: its last turn has no feedback")
-        last = attempt.turns[-1]
-        closed = self.engine.chat.closes(unpack_ids(last.completion_ids).tolist(),
-                                         last.finish_reason)
-        role = "tool" if is_tool_task(attempt.task) else "user"
-        added = self.engine.chat.feedback_ids(last.feedback, closed, role)
-        context = context_of(attempt) + added
+        added, context = next_context(attempt, self.engine.chat)
         if attempt.purpose == "eval" and self.engine.pins:
             await self.follower.pin_round(attempt.admitted_version,
                                           self.gen.eval_sampling.dtype, self.gen.weights_wait_s)

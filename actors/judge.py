@@ -7,7 +7,7 @@ a failed multi-turn attempt with turns left, or a tool episode's next step, on
 `subjects.TURNS`. Every output id derives from the input's, so a redelivered input never
 yields a second output; every attempt gets a verdict, never a dead letter (`Judge`).
 It does NOT run sandboxes (the executor does) or train (the learner does); the judging
-itself is `judging.drive` (one attempt) and `judging.episode` (a tool step).
+itself is `judging.drive` (one attempt) and `judging.episode.step` (a tool turn).
 """
 
 from __future__ import annotations
@@ -22,17 +22,18 @@ from anyio.abc import TaskStatus
 
 from bus import subjects
 from bus.consumer import Delivery, consume
-from bus.messages import Attempt, ExecutionDone, ExecutionRequest, Job, SessionReply, SessionRequest
+from bus.messages import (Attempt, ExecutionDone, ExecutionRequest, Job, SessionReply,
+                          SessionRequest, ToolCall, ToolResult)
 from bus.nats_bus import Bus
 from judging import kinds
 from judging.attribution import Cause
 from judging.config import JudgeConfig
-from judging.drive import judge_run, prepare
+from judging.drive import judge_run, penalised_turns, prepare
 from judging.feedback import feedback_for
 from judging.judgement import Judgement, dropped
 from judging.steps import start_of, step_credit
-from judging.episode import call_of, session_calls
-from judging.tools import episode_over, is_tool_task, result_message
+from judging import episode
+from judging.tools import is_tool_task
 from runtime.config import RunConfig
 
 log = structlog.get_logger("judge")
@@ -139,23 +140,29 @@ class Judge:
                 return await self.session_lost(attempt, opened)
             attempt = msgspec.structs.replace(attempt, session=opened.executor)
         start = start_of(attempt, opened)
-        call, result = call_of(attempt.turns[-1].completion)
-        if result is None:
-            reply = await self.session_request(attempt, "call", timeout, call=call,
-                                               step=session_calls(attempt.tool_calls))
+        lost: list[SessionReply | None] = []
+
+        async def run_call(call: ToolCall, step: int) -> ToolResult | None:
+            reply = await self.session_request(attempt, "call", timeout, call=call, step=step)
             if reply is None or not reply.ok or reply.result is None:
-                return await self.session_lost(attempt, reply)
-            result = reply.result
-        if result.infra:  # the sandbox failed under the session: close it, drop the attempt
+                lost.append(reply)
+                return None
+            return reply.result
+
+        turn = attempt.turns[-1]
+        done = await episode.step(task, attempt.tool_calls, turn.completion,
+                                  completion_tokens(attempt), len(turn.completion_ids) > 0, run_call)
+        if done is None:
+            return await self.session_lost(attempt, lost[0])
+        if done.end == "infra":  # the sandbox failed under the session: close it, drop the attempt
             await self.session_request(attempt, "close", timeout)
-            return await self.finish(attempt, dropped(Cause("infra.sandbox", result.infra), [], []),
+            return await self.finish(attempt, dropped(Cause("infra.sandbox", done.result.infra), [], []),
                                      retries=0, spent=0.0)
-        attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, call],
-                                          steps=[*attempt.steps, step_credit(attempt, start, result)])
-        self.count(f"judge.tool.{call.name or 'malformed'}")
-        sampled = len(attempt.turns[-1].completion_ids) > 0
-        if not episode_over(task, attempt.tool_calls, completion_tokens(attempt), sampled):
-            return await self.continue_attempt(attempt, None, result_message(result) or "(no output)")
+        attempt = msgspec.structs.replace(attempt, tool_calls=[*attempt.tool_calls, done.call],
+                                          steps=[*attempt.steps, step_credit(attempt, start, done.result)])
+        self.count(f"judge.tool.{done.call.name or 'malformed'}")
+        if not done.end:
+            return await self.continue_attempt(attempt, None, done.message)
         closed = await self.session_request(attempt, "close", timeout)
         if closed is None or not closed.ok:
             return await self.session_lost(attempt, closed)
@@ -216,11 +223,6 @@ class Judge:
             log.warning("judge.dropped", evidence=judgement.evidence[:500], **fields)
         else:
             log.info("judge.judged", **fields)
-
-
-def penalised_turns(attempt: Attempt) -> int:
-    """Turns the reward's turn penalty counts: a tool episode's steps are not retries."""
-    return 1 if is_tool_task(attempt.task) else len(attempt.turns)
 
 
 def completion_tokens(attempt: Attempt) -> int:

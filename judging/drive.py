@@ -15,6 +15,7 @@ from bus.messages import Attempt, ExecutionResult, Job
 from judging.attribution import Cause
 from judging.config import JudgeConfig
 from judging.jobs import TaskError, build_job
+from judging.tools import is_tool_task
 from judging import kinds
 from judging.judgement import (Judgement, before_running, candidate_of, dropped, judge_result,
                                truncated, unjudgeable)
@@ -60,9 +61,14 @@ def judge_run(attempt: Attempt, job: Job, result: ExecutionResult, turns: int,
         return unjudgeable(turns, config.reward, f"{type(exc).__name__}: {exc}")
 
 
+def penalised_turns(attempt: Attempt) -> int:
+    """Turns the reward's turn penalty counts: a tool episode's steps are not retries."""
+    return 1 if is_tool_task(attempt.task) else len(attempt.turns)
+
+
 async def judge_once(attempt: Attempt, backend, config: JudgeConfig) -> tuple[Judgement, ExecutionResult | None]:
     """Build, run and judge the attempt's latest turn once; the result is None when nothing ran."""
-    turns = len(attempt.turns)
+    turns = penalised_turns(attempt)
     prepared = prepare(attempt, config, turns)
     if not isinstance(prepared, Job):
         return prepared, None

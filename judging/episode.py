@@ -1,26 +1,84 @@
-"""A tool episode in one process: an agent's turns, each tool call run in a session, the result
-back as the next message, until submit or a budget; then the final workspace is judged.
+"""The tool-episode loop, once: what a turn's completion means, when the episode is over, and
+what goes back; and its in-process driver.
 
-Consumes an agent (an async function from the messages so far to its next completion: a
-scripted agent in tests and benchmarks, a model elsewhere), a task and an open
-`sandbox.session.Session`; produces an `EpisodeLog` and, through `judge_episode`, the
-judge's `CheckOutcome` of the final workspace (hidden tests through the function harness,
-tamper signs, the same path the judge actor uses). The bus-driven episode (judge actor and
-executor sessions) takes each step with the same `call_of` and `session_calls`; this module
-is its reference and its test bench. It does not sample from a model or publish anything.
+Consumes a task, the calls so far, a completion, the tokens sampled so far and a way to run a
+call in the episode's session; produces a `Next` (the call, its result, the episode's end or
+'' while it goes on, and the tool message that answers the turn). `step` is that loop's one
+turn: the judge actor (one step per bus message, the session on an executor), `run_episode`
+(an agent and an open `sandbox.session.Session` in this process: tests, benchmarks, demos) and
+`whet eval` on tool domains all take it. `judge_episode` judges a final workspace as the judge
+does. It does not sample from a model or publish anything.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, NamedTuple
 
 from bus.messages import Task, ToolCall, ToolResult
 from judging.tools import episode_over, parse_call, result_message
 from judging.verify import CheckOutcome, check_code
 
 Agent = Callable[[list[dict[str, str]]], Awaitable[str]]
+RunCall = Callable[[ToolCall, int], Awaitable["ToolResult | None"]]
+"Runs a call in the episode's session (the call, the session calls before it); None: no answer."
+
+
+class Next(NamedTuple):
+    """What one tool turn led to."""
+
+    call: ToolCall
+    "The turn's call (name '' when the completion held no well-formed call)."
+    result: ToolResult
+    "Its result: the session's, or the reason a malformed call was answered at once."
+    end: str
+    "Why the episode ends now ('submit', 'steps', 'tokens', 'context', 'infra'), or ''."
+    message: str
+    "The tool message answering the turn (the next turn's context while `end` is '')."
+
+    @property
+    def ran(self) -> bool:
+        """True when the session ran the call (a malformed call never reaches it)."""
+        return bool(self.call.name)
+
+
+def call_of(completion: str) -> tuple[ToolCall, ToolResult | None]:
+    """The tool call in a completion, and no result yet; a malformed one is a nameless call
+    answered at once with why (it never reaches the session)."""
+    call = parse_call(completion)
+    if isinstance(call, str):
+        return ToolCall(name=""), ToolResult(name="", ok=False, output=call)
+    return call, None
+
+
+def session_calls(calls: list[ToolCall]) -> int:
+    """Calls the session has run: malformed ones (name '') never reach it."""
+    return sum(1 for call in calls if call.name)
+
+
+def settle(task: Task, calls: list[ToolCall], call: ToolCall, result: ToolResult, tokens: int,
+           sampled: bool = True) -> Next:
+    """The turn that made `call` (after `calls`) and got `result`: how the episode goes on.
+    A sandbox failure under the session ends it as 'infra' (no reward may come from it)."""
+    message = result_message(result) or "(no output)"
+    if result.infra:
+        return Next(call, result, "infra", message)
+    return Next(call, result, episode_over(task, [*calls, call], tokens, sampled), message)
+
+
+async def step(task: Task, calls: list[ToolCall], completion: str, tokens: int, sampled: bool,
+               run: RunCall) -> Next | None:
+    """One turn of a tool episode: the completion's call, run in the session through `run`
+    (a malformed one answered at once), and what follows; None when the session never
+    answered (`run` gave None). `tokens` counts every completion token so far, this one's too;
+    `sampled` is False when this turn could sample nothing (a full context)."""
+    call, result = call_of(completion)
+    if result is None:
+        result = await run(call, session_calls(calls))
+        if result is None:
+            return None
+    return settle(task, calls, call, result, tokens, sampled)
 
 
 @dataclass
@@ -43,23 +101,9 @@ class EpisodeLog:
         return json.dumps({"files": self.files, "refused": self.refused})
 
 
-def call_of(completion: str) -> tuple[ToolCall, ToolResult | None]:
-    """The tool call in a completion, and no result yet; a malformed one is a nameless call
-    answered at once with why (it never reaches the session)."""
-    call = parse_call(completion)
-    if isinstance(call, str):
-        return ToolCall(name=""), ToolResult(name="", ok=False, output=call)
-    return call, None
-
-
-def session_calls(calls: list[ToolCall]) -> int:
-    """Calls the session has run: malformed ones (name '') never reach it."""
-    return sum(1 for call in calls if call.name)
-
-
 async def run_episode(agent: Agent, task: Task, session, *,
                       count_tokens: Callable[[str], int] = lambda text: len(text.split())) -> EpisodeLog:
-    """Drive one episode to its end; the session's workspace is removed after."""
+    """Drive one episode to its end (`step` each turn); the session's workspace is removed after."""
     log = EpisodeLog(messages=[{"role": "user", "content": task.prompt}])
     tokens = 0
     try:
@@ -67,16 +111,16 @@ async def run_episode(agent: Agent, task: Task, session, *,
             completion = await agent(list(log.messages))
             tokens += count_tokens(completion)
             log.messages.append({"role": "assistant", "content": completion})
-            call, result = call_of(completion)
-            if result is None:
-                result = await session.call(call, step=session_calls(log.calls))
-            log.calls.append(call)
-            log.results.append(result)
-            if result.infra:
-                log.infra, log.end = result.infra, "infra"
+            done = await step(task, log.calls, completion, tokens, True,
+                              lambda call, n: session.call(call, step=n))
+            assert done is not None  # an in-process session always answers
+            log.calls.append(done.call)
+            log.results.append(done.result)
+            log.end = done.end
+            if done.end == "infra":
+                log.infra = done.result.infra
                 break
-            log.messages.append({"role": "tool", "content": result_message(result)})
-            log.end = episode_over(task, log.calls, tokens)
+            log.messages.append({"role": "tool", "content": done.message})
         log.refused = list(session.workspace.refused)
     finally:
         log.files = session.close()

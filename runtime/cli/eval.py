@@ -3,8 +3,10 @@
 Consumes a Hugging Face model folder, a PEFT LoRA adapter folder (its base, adapter merged),
 a run folder (its `model/`) or an OpenAI-compatible endpoint, a config (`--config`, else the
 run folder's resolved config, else configs/default.toml, else the defaults) and overrides of
-its task choice (`--env`, `--split`, `--per-domain`); produces on stdout each domain's pass
-rate k/n with its 95% interval and mean reward, with `--baseline` (a file this verb wrote)
+its task choice (`--env`, `--split`, `--per-domain`, `--limit`); produces on stdout each
+domain's pass rate k/n with its 95% interval and mean reward (tool domains: also turns, the
+well-formed share, calls and ends; `--max-turns` cuts episodes short; an endpoint serves
+single-turn tasks only), with `--baseline` (a file this verb wrote)
 the paired change by domain, and with `--out` that file (`runtime.evaluate.record`). Tasks,
 judging and statistics are the evaluator's (`runtime.evaluate`). Bad input is one line and
 exit 2, checked before any work.
@@ -22,6 +24,7 @@ import typer
 
 from bus.errors import WhetError
 from bus.messages import EvalRound
+from judging.tools import is_tool_task
 from policy.config import ModelConfig
 from policy.model import is_adapter_folder, weights_problem
 from runtime import config as config_mod
@@ -59,6 +62,10 @@ KeyOpt = Annotated[Optional[str], typer.Option(
     help="Variable holding the endpoint's API key (default: OPENAI_API_KEY, if set).")]
 ConcurrencyOpt = Annotated[int, typer.Option(min=1, max=64, help="Endpoint requests at once.")]
 TimeoutOpt = Annotated[float, typer.Option(min=1.0, help="Longest one endpoint request may take.")]
+LimitOpt = Annotated[Optional[int], typer.Option(
+    "--limit", min=1, help="At most this many tasks of each domain (a short measurement).")]
+MaxTurnsOpt = Annotated[Optional[int], typer.Option(
+    "--max-turns", min=1, help="Tool episodes: end after this many turns (within their budgets).")]
 
 
 def model_folder(path: Path) -> Path:
@@ -92,8 +99,10 @@ def load_config(config: Path | None, given: Path | None) -> tuple[RunConfig, str
     return RunConfig(), ""
 
 
-def narrowed(cfg: RunConfig, envs: list[str], split: str | None, per_domain: int | None) -> RunConfig:
-    """`cfg` with the task choice the command line asks for."""
+def narrowed(cfg: RunConfig, envs: list[str], split: str | None, per_domain: int | None,
+             limit: int | None = None) -> RunConfig:
+    """`cfg` with the task choice the command line asks for (`limit`: at most that many of
+    each domain)."""
     rep = msgspec.structs.replace
     use = cfg.envs.use
     if envs:
@@ -108,6 +117,9 @@ def narrowed(cfg: RunConfig, envs: list[str], split: str | None, per_domain: int
     ev = rep(ev, split=split or ev.split)
     if per_domain is not None:
         ev = rep(ev, tasks_per_domain=per_domain, domain_tasks={})
+    if limit is not None:
+        ev = rep(ev, tasks_per_domain=min(ev.tasks_per_domain, limit),
+                 domain_tasks={d: min(n, limit) for d, n in ev.domain_tasks.items()})
     return rep(cfg, envs=rep(cfg.envs, use=use), evaluator=ev)
 
 
@@ -124,16 +136,21 @@ def endpoint_of(url: str, model: str | None, api_key_env: str | None, concurrenc
                     timeout_s=timeout_s)
 
 
-async def _round(cfg: RunConfig, sampler: Sampler
+async def _round(cfg: RunConfig, sampler: Sampler, max_turns: int | None
                  ) -> tuple[dict[str, list[str]], dict[str, TaskResult]]:
     chosen = await heldout_tasks(cfg)
     tasks = [t for domain in sorted(chosen) for t in chosen[domain]]
     if not tasks:
         raise WhetError(f"eval: no {cfg.evaluator.split} tasks in the environments "
                         f"{', '.join(sorted(n for n, e in cfg.envs.use.items() if e.enabled))}")
+    tool_domains = sorted({t.domain for t in tasks if is_tool_task(t)})
+    if tool_domains and isinstance(sampler, EndpointSampler):
+        raise WhetError(f"eval: --endpoint evaluates single-turn tasks only; "
+                        f"{', '.join(tool_domains)} runs tool episodes: give a model folder, or "
+                        "leave it out with --env")
     typer.echo(f"whet eval: {len(tasks)} {cfg.evaluator.split} tasks ("
                + ", ".join(f"{d} {len(ts)}" for d, ts in sorted(chosen.items())) + ")", err=True)
-    results = await run_round(cfg, sampler, tasks, LABEL)
+    results = await run_round(cfg, sampler, tasks, LABEL, max_turns or 1 << 30)
     return {d: [t.task_id for t in ts] for d, ts in sorted(chosen.items())}, results
 
 
@@ -171,17 +188,18 @@ def eval_(model_dir: ModelDirArg = None, config: ConfigOpt = None, env: EnvOpt =
           split: SplitOpt = None, per_domain: PerDomainOpt = None, out: OutOpt = None,
           baseline: BaselineOpt = None, endpoint: EndpointOpt = None, model: ModelOpt = None,
           api_key_env: KeyOpt = None, concurrency: ConcurrencyOpt = 8,
-          timeout_s: TimeoutOpt = 120.0) -> None:
+          timeout_s: TimeoutOpt = 120.0, limit: LimitOpt = None,
+          max_turns: MaxTurnsOpt = None) -> None:
     """Evaluate a model folder or an endpoint on the held-out tasks, as the evaluator does."""
     log_mod.configure(kind="cli", instance="eval", level="warning")  # stdout is the table
     chosen_source = source_of(model_dir, endpoint, model, api_key_env, concurrency, timeout_s)
     cfg, source = load_config(config, model_dir)
-    cfg = narrowed(cfg, env or [], split, per_domain)
+    cfg = narrowed(cfg, env or [], split, per_domain, limit)
     sampler = EndpointSampler(chosen_source) if isinstance(chosen_source, Endpoint) else \
         TorchSampler(msgspec.structs.replace(cfg.model, path=str(chosen_source)))
     before = record_mod.read(baseline) if baseline else None
     typer.echo(f"whet eval: config {source or '(defaults)'}", err=True)
-    chosen, results = anyio.run(_round, cfg, sampler)
+    chosen, results = anyio.run(_round, cfg, sampler, max_turns)
     result = tally(cfg, results, before.results if before else None)
     made = record_mod.make(model=sampler.describe(), config=source, cfg=cfg, chosen=chosen,
                            results=results, result=result)

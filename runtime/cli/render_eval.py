@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bus.messages import EvalRound, HeldoutScore
-from runtime.evaluate.record import EvalFile, Score
+from runtime.evaluate.record import EpisodeScore, EvalFile, Score
 
 
 def _model(record: EvalFile) -> str:
@@ -36,6 +36,20 @@ def score_lines(record: EvalFile, result: EvalRound) -> list[str]:
     lines.append(_score_line("all", record.overall))
     if result.dropped:
         lines.append(f"{result.dropped} attempts dropped by the judge (infrastructure): not counted")
+    return lines + episode_lines(record.episodes)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+def episode_lines(episodes: dict[str, EpisodeScore]) -> list[str]:
+    """Each tool domain's episodes: turns, the well-formed share, calls by tool, ends."""
+    lines = []
+    for domain, e in episodes.items():
+        lines += [f"{domain}: {e.episodes} episodes, {e.turns} turns, well-formed tool calls "
+                  f"{e.well_formed}/{e.turns} ({e.share:.3f})",
+                  f"  calls: {_counts(e.tools)}", f"  ends: {_counts(e.ends)}"]
     return lines
 
 

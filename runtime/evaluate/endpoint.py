@@ -175,3 +175,10 @@ class EndpointSampler:
         if failed:
             raise failed[0]
         return [a for a in attempts if a is not None]
+
+    async def episodes(self, cfg: RunConfig, tasks: list[Task], label: str,
+                       max_turns: int) -> list:
+        """Not served: an endpoint answers single-turn tasks only."""
+        domains = ", ".join(sorted({t.domain for t in tasks}))
+        raise EndpointError(f"--endpoint evaluates single-turn tasks only; {domains} "
+                            "runs tool episodes: evaluate a model folder, or leave it out with --env")

@@ -1,7 +1,8 @@
 """The file `whet eval --out` writes and `--baseline` reads: a round, enough to recompute it.
 
 Consumes a round's settings (what was evaluated, the effective config), its chosen tasks and
-each task's `TaskResult`; produces an `EvalFile` as indented JSON, and reads one back (a file
+each task's `TaskResult`; produces an `EvalFile` (with tool domains' episode figures) as
+indented JSON, and reads one back (a file
 that is not one is a one-line `WhetError`). The config hash is the SHA-256 of the resolved
 config the round ran with, so two files say whether they measured the same tasks the same way;
 the summary is derived (`runtime.evaluate.round.tally` recomputes it from `results`).
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from pathlib import Path
 
 import msgspec
@@ -34,6 +36,21 @@ class Score(msgspec.Struct, kw_only=True):
     reward: float | None
 
 
+class EpisodeScore(msgspec.Struct, kw_only=True):
+    """One tool domain's episodes, as printed: turns, well-formed share, calls, ends."""
+
+    episodes: int
+    turns: int
+    well_formed: int
+    "Turns whose completion parsed as a tool call."
+    share: float
+    "well_formed / turns (0 with no turns)."
+    tools: dict[str, int]
+    "Well-formed calls by tool."
+    ends: dict[str, int]
+    "Episodes by how they ended."
+
+
 class EvalFile(msgspec.Struct, kw_only=True):
     """One `whet eval` round."""
 
@@ -54,6 +71,8 @@ class EvalFile(msgspec.Struct, kw_only=True):
     dropped: int = 0
     "Attempts the judge dropped (infrastructure): in `results`, not counted."
     made_at: float = 0.0
+    episodes: dict[str, EpisodeScore] = {}
+    "Tool domains' episode figures, by domain (derived from `results`)."
 
 
 def config_hash(cfg: RunConfig) -> str:
@@ -73,13 +92,33 @@ def scores(result: EvalRound) -> tuple[Score, dict[str, Score]]:
     return score(None), {d: score(d) for d in sorted(result.domains)}
 
 
+def episode_scores(results: dict[str, TaskResult]) -> dict[str, EpisodeScore]:
+    """Each tool domain's episode figures, summed over its tasks' results."""
+    by: dict[str, list[TaskResult]] = {}
+    for r in results.values():
+        if r.end:
+            by.setdefault(r.domain, []).append(r)
+    out = {}
+    for domain, rs in sorted(by.items()):
+        turns, formed = sum(r.turns for r in rs), sum(r.well_formed for r in rs)
+        tools: Counter[str] = Counter()
+        for r in rs:
+            tools.update(r.tools)
+        out[domain] = EpisodeScore(episodes=len(rs), turns=turns, well_formed=formed,
+                                   share=round(formed / turns, 4) if turns else 0.0,
+                                   tools=dict(sorted(tools.items())),
+                                   ends=dict(sorted(Counter(r.end for r in rs).items())))
+    return out
+
+
 def make(*, model: dict[str, str], config: str, cfg: RunConfig, chosen: dict[str, list[str]],
          results: dict[str, TaskResult], result: EvalRound) -> EvalFile:
     """The record of one round."""
     overall, domains = scores(result)
     return EvalFile(model=model, config=config, config_hash=config_hash(cfg),
                     split=cfg.evaluator.split, seed=cfg.run.seed, tasks=chosen, results=results,
-                    overall=overall, domains=domains, dropped=result.dropped, made_at=time.time())
+                    overall=overall, domains=domains, dropped=result.dropped, made_at=time.time(),
+                    episodes=episode_scores(results))
 
 
 def write(path: Path, record: EvalFile) -> None:

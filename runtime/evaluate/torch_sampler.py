@@ -4,7 +4,8 @@ Consumes a `ModelConfig` (the configured one, or `path=` a Hugging Face folder),
 config's `[generator]` (device, dtype, `eval_sampling`, `max_in_flight`) and the tasks;
 produces one eval `Attempt` per task, sampled as a generator samples a held-out round: the
 prompt through the model's chat template, `[generator.eval_sampling]` (greedy by default), at
-most `max_in_flight` prompts at a time. It loads the weights once and holds no bus.
+most `max_in_flight` prompts at a time; tool tasks as episodes (`episodes`). It loads the
+weights once per kind of task and holds no bus.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from envs.evaluation import round_assignment_id
 from policy.config import ModelConfig
 from policy.engine import RowSettings, SampleRequest, room_left
 from runtime.config import RunConfig
+from runtime.evaluate.episodes import Episode, run_episodes
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,11 @@ class TorchSampler:
                     work.start_soon(one, i, task)
             tg.cancel_scope.cancel()
         return [a for a in attempts if a is not None]
+
+    async def episodes(self, cfg: RunConfig, tasks: list[Task], label: str,
+                       max_turns: int) -> list[Episode]:
+        """One tool episode per task, their turns sampled in batches (`run_episodes`)."""
+        from policy.torch_engine import TorchEngine
+
+        engine = await anyio.to_thread.run_sync(TorchEngine, cfg.generator, self.model, cfg.run.seed)
+        return await run_episodes(cfg, engine, tasks, label, max_turns)
