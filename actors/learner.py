@@ -301,33 +301,9 @@ class Learner:
                  acked=len(acked), seconds=round(time.monotonic() - began, 3))
 
     async def save(self, tag: str, client_state: dict) -> None:
-        """Write checkpoint `tag`; on a full disk remove what it half wrote, say so once
-        (`learner.disk_full`), wait for room and write it again (`learner.disk_room_back`). Its
-        verdicts stay unacked meanwhile: nothing is lost, and nothing trains while it waits."""
-        folder, paused = self.ranks.dir, 0.0
-        while True:
-            try:
-                await self.ranks.call("save", tag, client_state)
-            except Exception as exc:  # noqa: BLE001 - only a full disk is waited out
-                written = disk.folder_bytes(folder / tag)
-                needed = max(self.checkpoint_bytes, 2 * written, disk.MIN_ROOM)
-                if self.ranks.world > 1 or not disk.is_disk_full(exc, folder, needed):
-                    raise
-                await self.ranks.call("discard", tag)
-                if not paused:
-                    log.warning("learner.disk_full", folder=str(folder), step=self.step,
-                                free_mb=disk.free_bytes(folder) // 2**20, needed_mb=needed // 2**20,
-                                error=str(exc).splitlines()[0][:300] if str(exc) else repr(exc))
-                paused = paused or time.monotonic()
-                self.bus.stats.gauges["learner.disk_full"] = 1.0
-                await disk.wait_for_room(folder, needed)
-                continue
-            break
-        self.checkpoint_bytes = disk.folder_bytes(folder / tag)
-        if paused:
-            self.bus.stats.gauges["learner.disk_full"] = 0.0
-            log.info("learner.disk_room_back", folder=str(folder), step=self.step,
-                     waited_s=round(time.monotonic() - paused, 1))
+        """Write checkpoint `tag`, waiting out a full disk (`policy.disk.save_with_room`)."""
+        self.checkpoint_bytes = await disk.save_with_room(
+            self.ranks, tag, client_state, self.checkpoint_bytes, self.bus.stats.gauges, self.step)
 
     async def finish(self) -> None:
         """On stop: finish uploads, save what is trained but unsaved, give back the rest."""

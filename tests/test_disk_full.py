@@ -54,6 +54,7 @@ async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus
     from actors import generator, learner
     from bus import subjects
     from tests.test_generator import attempts_on_bus, assignment
+    from tests.conftest import until
     from tests.test_learner import second_bus, tiny_run_config, verdict_for
 
     ckpt = tmp_path / "ckpt"
@@ -75,16 +76,16 @@ async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus
                 for a in await attempts_on_bus(bus, 8):
                     await bus.publish(subjects.verdict_subject("train"),
                                       verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
-                with anyio.fail_after(120):
-                    while learn_bus.stats.gauges.get("learner.disk_full") != 1.0:
-                        await anyio.sleep(0.1)
+                await until(lambda: learn_bus.stats.gauges.get("learner.disk_full") == 1.0, 120,
+                            "the learner's disk_full gauge")
                 assert await pending() == 8, "the step's verdicts wait for their checkpoint"
                 assert not (ckpt / "latest").exists()
                 import subprocess
                 subprocess.run(["mount", "-o", "remount,size=256m", str(ckpt)], check=True)
-                with anyio.fail_after(120):
-                    while not (ckpt / "latest").exists() or await pending():
-                        await anyio.sleep(0.1)
+                async def saved_and_acked() -> bool:
+                    return (ckpt / "latest").exists() and not await pending()
+
+                await until(saved_and_acked, 120, "the checkpoint written and every verdict acked")
                 gen_bus.stopping.set()
                 learn_bus.stopping.set()
     finally:

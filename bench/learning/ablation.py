@@ -154,6 +154,19 @@ def attach_initial(result_path: Path, eval_path: Path) -> dict:
     return result
 
 
+def run_status(command: str, *args, **kwargs) -> int:
+    """`run_variant(*args, **kwargs)` as a command's exit status: 0 when the run ended well,
+    1 when it did not, 2 (with one line naming `command`) for a config error."""
+    from bus.errors import ConfigError
+
+    try:
+        result = run_variant(*args, **kwargs)
+    except ConfigError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 2
+    return 0 if result["exit_code"] == 0 else 1
+
+
 def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path,
                 keep: bool = False, shared: Path | None = None, base: Path = BASE) -> dict:
     """Run one variant (extending `base`) to its last round and write its result JSON;
@@ -230,15 +243,8 @@ def main(args: argparse.Namespace) -> int:
     shared = shared_initial(out_dir, args.variant, args.seed)
     if shared:  # the initial weights on the same tasks were measured by the default's run
         overrides = merged(overrides, {"evaluator": {"initial_round": False}})
-    from bus.errors import ConfigError
-
-    try:
-        result = run_variant(args.variant, args.seed, overrides, args.steps, out_dir,
-                             args.keep_checkpoints, shared)
-    except ConfigError as exc:
-        print(f"ablation: {exc}", file=sys.stderr)
-        return 2
-    return 0 if result["exit_code"] == 0 else 1
+    return run_status("ablation", args.variant, args.seed, overrides, args.steps, out_dir,
+                      args.keep_checkpoints, shared)
 
 
 if __name__ == "__main__":

@@ -124,15 +124,8 @@ def main(args: argparse.Namespace) -> int:
               f"{', '.join(VARIANTS)}", file=sys.stderr)
         return 2
     over, shared = overrides_of(args.variant, args.seed, args.steps, args.tasks, out_dir)
-    from bus.errors import ConfigError
-
-    try:
-        result = ablation.run_variant(args.variant, args.seed, over, args.steps, out_dir,
-                                      args.keep_checkpoints, shared, BASE)
-    except ConfigError as exc:
-        print(f"credit_table: {exc}", file=sys.stderr)
-        return 2
-    return 0 if result["exit_code"] == 0 else 1
+    return ablation.run_status("credit_table", args.variant, args.seed, over, args.steps, out_dir,
+                               args.keep_checkpoints, shared, BASE)
 
 
 if __name__ == "__main__":
