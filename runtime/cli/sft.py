@@ -18,7 +18,6 @@ import msgspec
 import typer
 
 from bus.errors import ConfigError
-from policy import warmstart
 from policy.config import WarmstartConfig
 from bus.demos_file import read_demos
 from runtime import config as config_mod
@@ -51,6 +50,8 @@ def sft(
     warm = overridden(cfg.warmstart, epochs=epochs, lr=lr, batch_size=batch_size)
     loaded = read_demos(demos)
     log_mod.configure(kind="cli", instance="sft", level=cfg.logging.level)
+    from policy import warmstart  # torch: the slim image's `whet` never imports it
+
     report = anyio.run(lambda: warmstart.train(
         loaded, cfg.trainer, warm, out, cfg.generator.sampling.stop, cfg.run.seed, str(demos)))
     typer.echo(f"sft: {report.demos_used} demos ({len(report.left_out_too_long)} too long), "

@@ -19,7 +19,6 @@ import structlog
 
 from bus.messages import Demo
 from bus.demos_file import read_demos
-from policy import warmstart
 from runtime.config import RunConfig, dump
 from runtime.stack.rundir import RunDir
 
@@ -47,6 +46,8 @@ def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
         return cfg
     out = rd.path / "warmstart"
     if not (out / "sft.json").is_file():
+        from policy import warmstart  # torch: the slim image's `whet` never imports it
+
         demos = demonstrations(cfg)
         report = anyio.run(lambda: warmstart.train(
             demos, cfg.trainer, cfg.warmstart, out, cfg.generator.sampling.stop, cfg.run.seed,
