@@ -29,7 +29,8 @@ def with_kind(config: str, kind: str, target: str) -> str:
             .replace("[actors.target]\n", f'[actors.target]\n{kind} = "{target}"\n'))
 
 
-BROKEN = with_kind(PROBE.format(n=1), "broken", "no.such_module:run")
+# Its module imports (preflight resolves it); its `run` fails on every start.
+BROKEN = with_kind(PROBE.format(n=1), "broken", "tests.support.broken_actor:run")
 CAUSE = "ModuleNotFoundError: No module named 'no'"
 
 
@@ -113,3 +114,32 @@ def test_the_cause_is_the_last_exception_line_of_this_process(tmp_path):
     assert crash_cause.cause(logs, "k-1", since=5.0) == "ValueError: old"
     offset = len(earlier.encode()) + 200
     assert crash_cause.cause(logs, "k-1", since=20.0, out_offset=offset) == ""
+
+
+@pytest.mark.unit
+def test_the_cause_of_an_exception_group_is_its_innermost_exception_line(tmp_path):
+    """An actor's task group wraps its crash in an ExceptionGroup, whose formatted text ends
+    in a rule line: the cause is the sub-exception's own line, from the event log and from
+    the captured output alike; other lines are left as written."""
+    def crash():
+        async def fail():
+            raise ModuleNotFoundError("No module named 'no'")
+
+        async def main():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(fail)
+        anyio.run(main)
+
+    try:
+        crash()
+    except BaseException:  # noqa: BLE001 - the group itself is what the actor logs
+        import traceback
+        text = traceback.format_exc()
+    assert text.rstrip().splitlines()[-1].strip().startswith("+---")
+    record = {"ts": 30.0, "fields": {"exception": text}}
+    (tmp_path / "k-1.jsonl").write_text(json.dumps(record) + "\n")
+    (tmp_path / "k-2.out").write_text(text)
+    assert crash_cause.cause(tmp_path, "k-1", since=20.0) == CAUSE
+    assert crash_cause.cause(tmp_path, "k-2", since=20.0) == CAUSE
+    assert [crash_cause.unboxed(line) for line in ("-1", "KeyError: '+'", "a | b")] == [
+        "-1", "KeyError: '+'", "a | b"]

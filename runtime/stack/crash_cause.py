@@ -10,11 +10,24 @@ the files' tails. It decides nothing about restarts.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from bus import subjects
 
 TAIL_BYTES = 256 * 1024
+_GROUP_MARGIN = re.compile(r"^(\s*[|+](?=[ -])-?)+ ?")
+"An exception group's left margin: nested `| ` bars, a `+ ` or `+-+` corner."
+_GROUP_RULE = re.compile(r"^\s*\+[-+]*-{3,}( (\d+|\.\.\.) -+)?\s*$")
+"A rule line between an exception group's parts (`+---- 1 ----`, `+------`)."
+
+
+def unboxed(line: str) -> str:
+    """`line` without an exception group's margin, or '' for a rule line between its parts;
+    a plain traceback line comes back unchanged."""
+    if _GROUP_RULE.match(line):
+        return ""
+    return _GROUP_MARGIN.sub("", line)
 
 
 def _tail(path: Path, offset: int = 0) -> list[str]:
@@ -28,8 +41,9 @@ def _tail(path: Path, offset: int = 0) -> list[str]:
 
 
 def last_line(text: str) -> str:
-    """The last non-empty line of `text` (a traceback's exception line), stripped."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The last non-empty line of `text` (a traceback's exception line, the innermost one of
+    an exception group), stripped."""
+    lines = [unboxed(line).strip() for line in text.splitlines() if unboxed(line).strip()]
     return lines[-1] if lines else ""
 
 
@@ -51,8 +65,10 @@ def from_event_log(path: Path, since: float) -> str:
 def from_output(path: Path, offset: int = 0) -> str:
     """The exception line of the last Python traceback written to `path` past `offset`;
     else its last line that is not a JSON log record (`sys.exit("why")`); else ''."""
-    lines = [line for line in _tail(path, offset) if line.strip()]
-    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    lines = [unboxed(line) for line in _tail(path, offset) if unboxed(line).strip()]
+    starts = [i for i, line in enumerate(lines)
+              if line.startswith(("Traceback (most recent call last)",
+                                  "Exception Group Traceback (most recent call last)"))]
     if starts:
         after = [line for line in lines[starts[-1] + 1:] if not line[0].isspace()]
         return after[-1].strip() if after else ""
