@@ -55,6 +55,10 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "div_constant": {"learner": {"loss_divisor": "constant"}},
     "uniform": {"sampler": {"out_of_band_weight": 1.0}},
     "trunc_fail": {"judge": {"truncated": "fail"}},
+    # issue 24: LoRA rank 16 against full fine-tuning at equal steps, two learning rates
+    # (LoRA's best rate is commonly about 10x full fine-tuning's: 3e-5 here)
+    "lora_lr3e-4": {"learner": {"lora": {"rank": 16}, "lr": 3e-4}},
+    "lora_lr1e-4": {"learner": {"lora": {"rank": 16}, "lr": 1e-4}},
 }
 ("Each factor against today's default: staleness 2, zero-signal groups dropped, the token "
  "mean, the sampler band, truncated answers judged on their text.")
