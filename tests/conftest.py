@@ -74,11 +74,23 @@ async def until(done, timeout_s: float = 30.0, what=None) -> None:
                     result = await result
                 if result:
                     return
-                await anyio.sleep(0.05)
+                await anyio.sleep(0.05)  # the helper's poll interval
     except TimeoutError:
         if what is None:
             raise
         raise TimeoutError(f"not within {timeout_s} s: {what() if callable(what) else what}") from None
+
+
+def until_sync(done, timeout_s: float = 30.0, what=None) -> None:
+    """`until` for code that is not async (a thread, a sync test): return once the plain
+    predicate `done()` is true; after `timeout_s`, TimeoutError saying `what`. An error
+    `done` raises (an assertion that a process still runs) ends the wait at once."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() >= deadline:
+            text = "" if what is None else f": {what() if callable(what) else what}"
+            raise TimeoutError(f"not within {timeout_s} s{text}")
+        time.sleep(0.05)  # the helper's poll interval
 
 
 async def backlog(bus: Bus, spec: ConsumerSpec) -> tuple[int, int] | None:
@@ -105,7 +117,7 @@ async def patiently(call, timeout_s: float = 60.0):
                 with anyio.fail_after(5):
                     return await call()
             except Exception:  # noqa: BLE001 - the server may be down right now
-                await anyio.sleep(0.2)
+                await anyio.sleep(0.2)  # the helper's retry interval
 
 
 @pytest.fixture
@@ -166,11 +178,13 @@ class Stack:
         self.proc = subprocess.Popen([sys.executable, "-m", "runtime.cli", "up", "--config",
                                       str(self.config)], cwd=ROOT, env=self.env,
                                      stdout=self.out, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while not (self.tmp / "runs" / "latest" / "ready").exists():
+        def ready() -> bool:
+            if (self.tmp / "runs" / "latest" / "ready").exists():
+                return True
             assert self.proc.poll() is None, (self.tmp / "stack.out").read_text()[-3000:]
-            assert time.monotonic() < deadline, "stack did not become ready"
-            time.sleep(0.1)
+            return False
+
+        until_sync(ready, timeout_s, "stack did not become ready")
 
     def whet(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess:
         """Run the `whet` CLI against this stack."""

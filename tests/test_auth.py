@@ -30,7 +30,7 @@ from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.stack import credentials
-from tests.conftest import STORE_MB, bus_settings
+from tests.conftest import STORE_MB, bus_settings, until
 from tests.test_codec import samples
 
 AUTH = auth.AuthConfig(enabled=True, roles={"probe": "executor"})
@@ -73,11 +73,11 @@ async def heartbeat(bus: Bus) -> None:
     await bus.nc.flush(timeout=2)
 
 
-async def serve_until(bus: Bus, spec, cls, handler, done) -> None:
+async def serve_until(bus: Bus, spec, cls, handler, done, what: str) -> None:
+    """Serve `spec` with `handler` until `done()` (a predicate) is true, then stop."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: consume(bus, spec, cls, handler, max_in_flight=4))
-        with anyio.fail_after(20):
-            await done()
+        await until(done, 20, what)
         bus.stopping.set()
 
 
@@ -110,14 +110,12 @@ async def test_executor_does_its_work_and_is_refused_verdicts_and_weights(secure
                                  executor="executor-1")
             await executor.publish(subjects.EXEC_DONE, done, msg_id=req.request_id)
 
-        async def finished():
-            while True:
-                states = await admin.stream_states([subjects.STREAM_EXEC_DONE, subjects.STREAM_DLQ])
-                if all(st.messages == 1 for st in states):
-                    return
-                await anyio.sleep(0.1)
+        async def finished() -> bool:
+            states = await admin.stream_states([subjects.STREAM_EXEC_DONE, subjects.STREAM_DLQ])
+            return all(st.messages == 1 for st in states)
 
-        await serve_until(executor, subjects.CONSUMER_EXEC, ExecutionRequest, handle, finished)
+        await serve_until(executor, subjects.CONSUMER_EXEC, ExecutionRequest, handle, finished,
+                          "one done and one dead letter")
         await heartbeat(executor)
         assert await admin.kv_get(subjects.BUCKET_ACTORS, "executor.executor-1", Heartbeat)
         assert executor.watch.denied == {}, "the executor's real work needed nothing it lacks"
@@ -162,11 +160,8 @@ async def test_generator_is_refused_verdicts_but_reads_weights_and_publishes_att
             await generator.publish(subjects.ATTEMPTS, attempt, msg_id=attempt.attempt_id)
             attempts.append(attempt)
 
-        async def published():
-            while not attempts:
-                await anyio.sleep(0.05)
-
-        await serve_until(generator, subjects.CONSUMER_TASKS, TaskAssignment, handle, published)
+        await serve_until(generator, subjects.CONSUMER_TASKS, TaskAssignment, handle,
+                          lambda: bool(attempts), "an attempt published")
         await heartbeat(generator)
         assert generator.watch.denied == {}
         with capture_logs() as logs:
@@ -310,20 +305,21 @@ async def test_stack_with_auth_logs_each_actor_in_as_its_role(tmp_path):
                     subjects.STREAM_EVENTS, subjects.event_filter(), Event, follow=False)
                     if ev is not None and ev.event == "bus.permission_denied"]
 
-            with anyio.fail_after(10):
-                while not (refused := await refusals()):
-                    await anyio.sleep(0.2)
-            (event,) = refused
+            await until(refusals, 10, "a bus.permission_denied event")
+            (event,) = await refusals()
             assert event.fields["subject"] == "whet.v1.verdicts.train"
             assert event.fields["user"] == "executor" and event.instance == "probe-1"
             await admin.publish(subjects.verdict_subject("train"), VERDICT, msg_id="v1")
-            with anyio.fail_after(20):  # the monitor, logged in as monitor, did all its work
-                while not (trials := (await admin.stream_states([subjects.STREAM_TRIALS]))[0].messages):
-                    await anyio.sleep(0.2)
-                while (await admin.kv_get(subjects.BUCKET_RUN, subjects.KEY_METRICS,
-                                          MetricsSnapshot) or MetricsSnapshot(at=0)).verdicts < 1:
-                    await anyio.sleep(0.2)
-            assert trials == 1 and len(await refusals()) == 1, "no other actor was refused"
+            async def trials() -> int:
+                return (await admin.stream_states([subjects.STREAM_TRIALS]))[0].messages
+
+            async def monitored() -> bool:  # the monitor, logged in as monitor, did all its work
+                snapshot = await admin.kv_get(subjects.BUCKET_RUN, subjects.KEY_METRICS,
+                                              MetricsSnapshot) or MetricsSnapshot(at=0)
+                return bool(await trials()) and snapshot.verdicts >= 1
+
+            await until(monitored, 20, "a trial written and a metrics snapshot counting the verdict")
+            assert await trials() == 1 and len(await refusals()) == 1, "no other actor was refused"
         finally:
             await admin.close()
         status = stack.whet("status", "--json")

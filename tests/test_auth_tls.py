@@ -29,7 +29,7 @@ from runtime.broker.embedded import EmbeddedServer, server_binary
 from runtime.config import RunConfig
 from runtime.connect import topology
 from runtime.stack import credentials
-from tests.conftest import ROOT, STORE_MB, bus_settings
+from tests.conftest import ROOT, STORE_MB, bus_settings, until
 from tests.test_auth import AUTH, REQUEST, VERDICT
 
 
@@ -333,10 +333,13 @@ async def test_the_compose_nats_config_with_the_tls_block_requires_certificates(
                              "--ports_file_dir", str(tmp_path)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
-        with anyio.fail_after(20):
-            while not list(tmp_path.glob("*.ports")):
-                assert proc.poll() is None, "nats-server refused the config"
-                await anyio.sleep(0.05)
+        def ports_written() -> bool:
+            if list(tmp_path.glob("*.ports")):
+                return True
+            assert proc.poll() is None, "nats-server refused the config"
+            return False
+
+        await until(ports_written, 20, "nats-server's ports file")
         [ports] = tmp_path.glob("*.ports")
         url = json.loads(ports.read_text())["nats"][0].replace("tls://", "nats://")
         executor = await Bus.connect(settings_for(url, secrets, "executor"),

@@ -130,7 +130,7 @@ async def test_in_flight_work_is_bounded(bus):
         nonlocal held, peak
         held += 1
         peak = max(peak, held)
-        await anyio.sleep(0.05)
+        await anyio.sleep(0.05)  # staging: each job takes a while, so the slots fill
         held -= 1
         done.append(msg.assignment_id)
 
@@ -178,7 +178,7 @@ async def test_stop_gives_back_unfinished_work(bus):
 
     async def slow(msg, delivery):
         started.set()
-        await anyio.sleep(60)
+        await anyio.sleep(60)  # staging: work that outlasts the drain time
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), slow,
@@ -318,11 +318,9 @@ async def test_following_replay_rides_through_a_server_restart(bus, nats_server)
     with anyio.fail_after(60):
         async with anyio.create_task_group() as tg:
             tg.start_soon(follow)
-            while len(seen) < 3:
-                await anyio.sleep(0.05)
+            await until(lambda: len(seen) >= 3, 60, "the first 3 events followed")
             nats_server.kill()
-            while bus.nc.is_connected:  # the client has seen the server go
-                await anyio.sleep(0.05)
+            await until(lambda: not bus.nc.is_connected, 60, "the client has seen the server go")
             await anyio.to_thread.run_sync(nats_server.start)
             await publish(range(4, 7))
     assert seen == [f"e{n}" for n in range(1, 7)]

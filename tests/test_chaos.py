@@ -33,7 +33,7 @@ from runtime.broker.embedded import alive
 from runtime.cli.stack_status import StackStatus, gather
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
                                  repeated)
-from tests.conftest import patiently
+from tests.conftest import patiently, until
 
 pytestmark = pytest.mark.stack
 
@@ -129,12 +129,15 @@ class Chaos:
         self.last_server_start = 0.0
 
     async def wait_until(self, predicate, timeout_s: float = 180.0) -> StackStatus:
-        with anyio.fail_after(timeout_s):
-            while True:
-                snap = await patiently(lambda: gather(self.bus))
-                if await predicate(snap):
-                    return snap
-                await anyio.sleep(0.25)
+        snap = None
+
+        async def holds() -> bool:
+            nonlocal snap
+            snap = await patiently(lambda: gather(self.bus))
+            return await predicate(snap)
+
+        await until(holds, timeout_s, lambda: f"a stack status for which {predicate.__qualname__}")
+        return snap
 
     async def settled_and_moving(self, since_verdicts: int) -> StackStatus:
         async def ok(snap: StackStatus) -> bool:
@@ -153,10 +156,10 @@ class Chaos:
             if target == "learner":
                 await self.learner_between_checkpoints()
             else:
-                await anyio.sleep(self.rng.uniform(0.0, 1.5))
+                await anyio.sleep(self.rng.uniform(0.0, 1.5))  # staging: a kill at a random moment
             if target == "nats":
                 self.server.kill()
-                await anyio.sleep(self.rng.uniform(0.5, 2.0))
+                await anyio.sleep(self.rng.uniform(0.5, 2.0))  # staging: an outage of random length
                 await anyio.to_thread.run_sync(self.server.start)
                 self.last_server_start = time.time()
                 self.killed.append(("nats", 0))
@@ -175,9 +178,7 @@ class Chaos:
                 "learner.step_completed", "learner.checkpoint_saved", "learner.resumed")]
             return (bool(steps) and steps[-1]["event"] == "learner.step_completed"
                     and steps[-1]["fields"]["step"] % CHECKPOINT_EVERY != 0)
-        with anyio.fail_after(120):
-            while not unsaved():
-                await anyio.sleep(0.1)
+        await until(unsaved, 120, "the learner past a step it has not checkpointed")
 
 
 async def drained(bus, run_dir) -> bool:
@@ -197,9 +198,8 @@ async def drain_and_stop(bus, stack) -> None:
     assert stack.proc.poll() is None, "whet up died during the chaos"
     scaled = await anyio.to_thread.run_sync(lambda: stack.whet("scale", "sampler=0"))
     assert scaled.returncode == 0, scaled.stderr
-    with anyio.fail_after(120):
-        while not await patiently(lambda: drained(bus, stack.run_dir)):
-            await anyio.sleep(0.5)
+    await until(lambda: patiently(lambda: drained(bus, stack.run_dir)), 120,
+                "every admitted attempt through")
     await anyio.to_thread.run_sync(stack.stop)
 
 

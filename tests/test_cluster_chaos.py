@@ -30,7 +30,7 @@ from bus.nats_bus import Bus, Identity
 from runtime.broker.cluster import monitoring
 from runtime.config import RunConfig
 from runtime.connect import topology
-from tests.conftest import Stack, bus_settings, patiently
+from tests.conftest import Stack, bus_settings, patiently, until
 from tests.test_chaos import (CONFIG, SEED, Chaos, drain_and_stop, healthy, reconcile,
                               verdict_count)
 
@@ -97,7 +97,7 @@ class ClusterChaos(Chaos):
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.time_to_next_verdict, before, killed_at, stall)
             tg.start_soon(self.time_to_new_leader, target, name, killed_at, elected)
-            await anyio.sleep(self.rng.uniform(0.5, 2.0))
+            await anyio.sleep(self.rng.uniform(0.5, 2.0))  # staging: an outage of random length
             await anyio.to_thread.run_sync(node.start)
             down_s = time.monotonic() - killed_at
             await anyio.to_thread.run_sync(lambda: self.cluster.wait_ready(60, [node]))
@@ -110,9 +110,10 @@ class ClusterChaos(Chaos):
 
     async def time_to_next_verdict(self, before: int, killed_at: float,
                                    out: list[float]) -> None:
-        with anyio.fail_after(120):
-            while await patiently(lambda: verdict_count(self.bus)) <= before:
-                await anyio.sleep(0.1)
+        async def moved() -> bool:
+            return await patiently(lambda: verdict_count(self.bus)) > before
+
+        await until(moved, 120, f"a verdict stored after the {before} before the kill")
         out.append(time.monotonic() - killed_at)
 
 
@@ -121,9 +122,8 @@ class ClusterChaos(Chaos):
         """Seconds until a leader elected after the kill leads `target` (the meta group, or a
         stream); the restarted node may win it back."""
         since = datetime.now(timezone.utc)
-        with anyio.fail_after(120):
-            while not await self.elected(target, killed, since):
-                await anyio.sleep(0.1)
+        await until(lambda: self.elected(target, killed, since), 120,
+                    f"a leader of {target} elected after {killed} was killed")
         out.append(time.monotonic() - killed_at)
 
     async def elected(self, target: str, killed: str, since: datetime) -> bool:

@@ -18,10 +18,10 @@ import subprocess
 import threading
 import time
 
-import anyio
 import pytest
 
 from bench.compose import project as cs
+from tests.conftest import until
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 SERVICES = ["nats", "sampler", "generator", "judge", "executor", "learner", "evaluator", "monitor"]
@@ -103,14 +103,17 @@ async def test_compose_stack_scales_mid_run_and_loses_nothing(project):
 
 async def _wait_for_work(bus, seen: set[str], minimum: int, timeout_s: float = 60.0) -> dict[str, int]:
     """Executor instances (not in `seen`) with work done, once `minimum` of them have some."""
-    deadline = time.monotonic() + timeout_s
-    while True:
+    beats: dict = {}
+    busy: dict[str, int] = {}
+
+    async def working() -> bool:
+        nonlocal beats, busy
         beats = await cs.executor_beats(bus)
         busy = {i: b.processed for i, b in beats.items() if b.processed > 0 and i not in seen}
-        if len(busy) >= minimum:
-            return busy
-        assert time.monotonic() < deadline, {i: (b.state, b.processed) for i, b in beats.items()}
-        await anyio.sleep(0.5)
+        return len(busy) >= minimum
+
+    await until(working, timeout_s, lambda: {i: (b.state, b.processed) for i, b in beats.items()})
+    return busy
 
 
 def _assert_once_and_passed(found: dict, count: int) -> None:

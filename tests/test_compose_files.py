@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import urllib.request
 from urllib.parse import urlsplit
 
@@ -26,6 +25,7 @@ from runtime.broker.cluster import free_ports
 from runtime.broker.embedded import server_binary
 from runtime.config import load
 from runtime.kinds import KINDS
+from tests.conftest import until_sync
 
 ROOT = images.ROOT
 ML_KINDS = {"generator", "learner", "learner_rank", "evaluator"}
@@ -127,11 +127,13 @@ def test_the_nats_service_flushes_to_disk_as_its_variable_says(tmp_path, setting
                             env={**os.environ, "WHET_NATS_SYNC_INTERVAL": value},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 20
-        while not list(tmp_path.glob("*.ports")):
+        def ports_written() -> bool:
+            if list(tmp_path.glob("*.ports")):
+                return True
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "nats-server wrote no ports file"
-            time.sleep(0.05)
+            return False
+
+        until_sync(ports_written, 20, "nats-server wrote no ports file")
         [ports] = tmp_path.glob("*.ports")
         url = json.loads(ports.read_text())["monitoring"][0]
         with urllib.request.urlopen(f"{url}/varz", timeout=5) as r:
@@ -188,14 +190,17 @@ def test_the_cluster_config_forms_one_jetstream_cluster(tmp_path):
                 env={**os.environ, "WHET_NATS_NAME": f"nats-{i + 1}",
                      "WHET_NATS_SYNC_INTERVAL": '"2m"'},
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.monotonic() + 30
-        while True:
+        meta: dict = {}
+
+        def three_nodes_met() -> bool:
+            nonlocal meta
             meta = _meta(tmp_path / "n0")
             if meta.get("leader") and meta.get("cluster_size") == 3:
-                break
+                return True
             assert all(p.poll() is None for p in procs), "a node exited"
-            assert time.monotonic() < deadline, f"no 3-node meta group: {meta}"
-            time.sleep(0.2)
+            return False
+
+        until_sync(three_nodes_met, 30, lambda: f"no 3-node meta group: {meta}")
         assert meta["leader"] in {"nats-1", "nats-2", "nats-3"}
     finally:
         for p in procs:

@@ -20,6 +20,7 @@ import time
 import pytest
 
 from bench.compose import project as cs
+from tests.conftest import until
 from tests.test_compose import _assert_once_and_passed
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
@@ -99,14 +100,15 @@ async def test_a_worker_host_joins_takes_work_and_leaves_losing_nothing(hosts):
 
 async def _wait_first_verdict(bus, executors: set[str], timeout_s: float) -> list:
     """Verdicts of attempts run by `executors`, once there is at least one."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        found = [vs[0] for vs in (await cs.verdicts(bus, "w")).values()
-                 if vs[0].attempt.turns[-1].executor in executors]
-        if found:
-            return found
-        assert time.monotonic() < deadline, "the worker host judged nothing"
-        await cs.anyio.sleep(0.5)
+    found: list = []
+
+    async def judged() -> bool:
+        found[:] = [vs[0] for vs in (await cs.verdicts(bus, "w")).values()
+                    if vs[0].attempt.turns[-1].executor in executors]
+        return bool(found)
+
+    await until(judged, timeout_s, "the worker host judged nothing")
+    return found
 
 
 def _server_info(host: str, port: int) -> dict:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from runtime.stack.cpu import cpu_by_label, process_table, tree_cpu
+from tests.conftest import until_sync
 
 
 @pytest.mark.unit
@@ -28,10 +28,8 @@ def test_a_busy_grandchild_is_charged_to_the_tree_it_runs_under():
     spin = "import time\nt=time.process_time()\nwhile time.process_time()-t<0.6: pass\nprint('ok')"
     proc = subprocess.Popen(["sh", "-c", f'{sys.executable} -c "{spin}"; sleep 5'])
     try:
-        deadline = time.monotonic() + 20
-        while tree_cpu([proc.pid], process_table()) < 0.5:
-            assert time.monotonic() < deadline, "the grandchild's CPU never showed"
-            time.sleep(0.1)
+        until_sync(lambda: tree_cpu([proc.pid], process_table()) >= 0.5, 20,
+                   "the grandchild's CPU never showed")
         assert process_table()[proc.pid][0] == os.getpid()
     finally:
         proc.kill()

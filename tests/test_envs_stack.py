@@ -8,6 +8,7 @@ import time
 import pytest
 
 from bus import subjects
+from tests.conftest import until, until_sync
 
 pytestmark = pytest.mark.stack
 
@@ -38,8 +39,9 @@ def test_sampler_and_evaluator_serve_in_a_stack(make_stack):
     """Both start from config, admit one sync batch of training work and one eval round."""
     stack = make_stack(CONFIG)
     stack.start()
-    deadline = time.monotonic() + 60
-    while True:
+    seen: list = []
+
+    def admitted() -> bool:
         result = stack.whet("status", "--json")
         assert result.returncode == 0, result.stderr
         snap = json.loads(result.stdout)
@@ -47,13 +49,13 @@ def test_sampler_and_evaluator_serve_in_a_stack(make_stack):
         tasks = streams.get(subjects.STREAM_TASKS, {}).get("messages", 0)
         rounds = streams.get(subjects.STREAM_ROUNDS, {}).get("messages", 0)
         ready = {a["kind"] for a in snap["actors"] if a["state"] == "ready"}
+        seen[:] = [ready, streams]
         # sync mode, version 0: (0 + 0 + 1) * 4 attempts = 2 groups; the round's 3 eval
         # tasks on a stream of their own
-        if ready == {"sampler", "evaluator"} and (tasks, rounds) == (2, 3):
-            break
-        assert time.monotonic() < deadline, (ready, streams)
-        time.sleep(0.5)
-    time.sleep(2)
+        return ready == {"sampler", "evaluator"} and (tasks, rounds) == (2, 3)
+
+    until_sync(admitted, 60, lambda: f"ready and streams: {seen}")
+    time.sleep(2)  # staging: more admissions, were there any, have time to land
     streams = {s["stream"]: s for s in json.loads(stack.whet("status", "--json").stdout)["streams"]}
     assert (streams[subjects.STREAM_TASKS]["messages"],
             streams[subjects.STREAM_ROUNDS]["messages"]) == (2, 3)
@@ -108,17 +110,18 @@ async def test_tasks_flow_through_the_real_pipeline(make_stack, bus):
 
     stack = make_stack(PIPELINE)
     await anyio.to_thread.run_sync(stack.start)
+    state, events = None, []
+
+    async def judged_and_evaluated() -> bool:
+        nonlocal state, events
+        state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
+        events = [e async for _, e, _ in bus.replay(
+            subjects.STREAM_EVENTS, subjects.event_filter("evaluator"), Event,
+            follow=False) if e is not None and e.event == "evaluator.evaluated"]
+        return state is not None and state.judged >= 16 and bool(events)
+
     try:
-        with anyio.fail_after(90):
-            while True:
-                state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE,
-                                         SamplerState)
-                events = [e async for _, e, _ in bus.replay(
-                    subjects.STREAM_EVENTS, subjects.event_filter("evaluator"), Event,
-                    follow=False) if e is not None and e.event == "evaluator.evaluated"]
-                if state is not None and state.judged >= 16 and events:
-                    break
-                await anyio.sleep(0.5)
+        await until(judged_and_evaluated, 90, "16 judged and an evaluator.evaluated event")
         verdicts = [v async for _, v, _ in bus.replay(
             subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict, follow=False)]
     finally:

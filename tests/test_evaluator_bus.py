@@ -24,7 +24,7 @@ from bus.nats_bus import Bus, Identity
 from envs.config import EnvEntry, EnvsConfig, EvaluatorConfig
 from runtime import log as log_mod
 from runtime.config import RunConfig
-from tests.conftest import bus_settings, handled
+from tests.conftest import bus_settings, handled, until
 
 pytestmark = pytest.mark.bus
 
@@ -83,24 +83,29 @@ async def _train_rewards(bus: Bus, task, version: int, reward: float) -> None:
 
 async def _events(bus: Bus, name: str, n: int) -> list[Event]:
     found: list[Event] = []
-    with anyio.fail_after(30):
-        while len(found) < n:
-            found = [e async for _, e, _ in bus.replay(subjects.STREAM_EVENTS,
-                                                       subjects.event_filter("evaluator"), Event,
-                                                       follow=False)
-                     if e is not None and e.event == name]
-            await anyio.sleep(0.2)
+
+    async def logged() -> bool:
+        nonlocal found
+        found = [e async for _, e, _ in bus.replay(subjects.STREAM_EVENTS,
+                                                   subjects.event_filter("evaluator"), Event,
+                                                   follow=False)
+                 if e is not None and e.event == name]
+        return len(found) >= n
+
+    await until(logged, 30, f"{n} {name} events")
     return found
 
 
 async def _round(bus: Bus, version: int) -> EvalRound:
-    with anyio.fail_after(30):  # the result is written before last_reported moves
-        while True:
-            state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
-                                     EvaluatorState)
-            if state is not None and state.last_reported >= version:
-                break
-            await anyio.sleep(0.1)
+    state = None
+
+    async def reported() -> bool:  # the result is written before last_reported moves
+        nonlocal state
+        state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
+                                 EvaluatorState)
+        return state is not None and state.last_reported >= version
+
+    await until(reported, 30, f"the evaluator's state reporting version {version}")
     assert state.latest_key == subjects.eval_round_key(version, version)
     result = await bus.kv_get(subjects.BUCKET_RUN, state.latest_key, EvalRound)
     assert result is not None

@@ -19,7 +19,7 @@ from bus import subjects
 from bus.consumer import consume
 from policy.ranks import RankGroup
 from tests.support.chaos import repeated
-from tests.conftest import bus_settings, patiently
+from tests.conftest import bus_settings, patiently, until
 from tests.test_bus import ASSIGNMENT, assignment
 from tests.test_learner import second_bus, tiny_run_config
 from tests.test_learner_crash import synthetic_verdicts
@@ -38,7 +38,7 @@ async def restart_past_ack_wait(server) -> None:
     """Kill -9 the server and keep it down past the ack timer, so that on restart it
     redelivers what was held, whether or not it had stored the first delivery."""
     server.kill()
-    await anyio.sleep(ACK_WAIT_S + 1.0)  # staging, not waiting for a state: the timer must run out
+    await anyio.sleep(ACK_WAIT_S + 1.0)  # staging: the ack timer must run out while it is down
     await anyio.to_thread.run_sync(server.start)
 
 
@@ -56,22 +56,19 @@ async def test_redelivery_of_a_held_message_reaches_the_handler_once_and_its_ack
     async with anyio.create_task_group() as tg:
         tg.start_soon(lambda: consume(bus, subjects.CONSUMER_TASKS, type(ASSIGNMENT), park,
                                       max_in_flight=8, drain_s=0.5))
-        with anyio.fail_after(20):
-            while len(got) < 4:
-                await anyio.sleep(0.05)
+        await until(lambda: len(got) >= 4, 20, "4 deliveries parked")
         await restart_past_ack_wait(nats_server)
         # The server sends redeliveries (and messages it forgot it had sent) before this
         # sentinel: once the sentinel is handled, the copies have reached the consumer.
         await patiently(lambda: bus.publish(subjects.TASKS, assignment(9), msg_id="a9"))
-        with anyio.fail_after(20):
-            while not any(d.msg_id == "a9" for d in got):
-                await anyio.sleep(0.05)
+        await until(lambda: any(d.msg_id == "a9" for d in got), 20, "the sentinel a9 delivered")
         handled = [d.msg_id for d in got]
         for d in got:
             await d.ack()
-        with anyio.fail_after(20):
-            while (await patiently(lambda: bus.stream_states([subjects.STREAM_TASKS])))[0].messages:
-                await anyio.sleep(0.1)
+        async def emptied() -> bool:
+            return not (await patiently(lambda: bus.stream_states([subjects.STREAM_TASKS])))[0].messages
+
+        await until(emptied, 20, "the tasks stream empty once all are acked")
         bus.stopping.set()
     assert handled == ["a0", "a1", "a2", "a3", "a9"]
     assert [d.deliveries for d in got[:4]] == [2, 2, 2, 2]
@@ -123,16 +120,14 @@ async def test_server_restart_while_the_learner_trains_held_verdicts_trains_each
                 # The next group is the sentinel: stored after the first, delivered after
                 # the first's copies; once the learner has handled it, the copies are in.
                 await patiently(lambda: bus.publish_many(subject, [(v.verdict_id, v) for v in then]))
-                with anyio.fail_after(60):
-                    while not {v.verdict_id for v in then} <= set(handled):
-                        await anyio.sleep(0.05)
+                await until(lambda: {v.verdict_id for v in then} <= set(handled), 60,
+                            "the sentinel group handled")
                 GatedRanks.release.set()
 
                 def steps():
                     return [e for e in logs if e["event"] == "learner.step_completed"]
-                with anyio.fail_after(120):
-                    while not any("then0.0" in s["trained"] for s in steps()):
-                        await anyio.sleep(0.1)
+                await until(lambda: any("then0.0" in s["trained"] for s in steps()), 120,
+                            "a step that trained then0.0")
                 learn_bus.stopping.set()
     finally:
         await learn_bus.close()

@@ -63,13 +63,15 @@ async def collect(bus, count: int, timeout_s: float) -> dict[str, ExecutionDone]
 
 
 async def executor_pid(bus, timeout_s: float = 30.0) -> tuple[str, int]:
-    with anyio.fail_after(timeout_s):
-        while True:
-            beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="executor.")
-            ready = [b for b in beats.values() if b.state == "ready"]
-            if ready:
-                return ready[0].instance, ready[0].pid
-            await anyio.sleep(0.2)
+    ready: list[Heartbeat] = []
+
+    async def one_ready() -> bool:
+        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="executor.")
+        ready[:] = [b for b in beats.values() if b.state == "ready"]
+        return bool(ready)
+
+    await until(one_ready, timeout_s, "an executor's heartbeat saying ready")
+    return ready[0].instance, ready[0].pid
 
 
 @pytest.mark.unit
@@ -107,6 +109,7 @@ async def test_killed_executor_work_is_redelivered(bus, make_stack, built_envs):
     stack = make_stack(STACK)
     stack.start()
     _, pid = await executor_pid(bus)
+    # staging: a job that runs 3 s, so the kill lands mid-job
     req = request("slow/t0/r0", ["python3", "-c", "import time; time.sleep(3); print('slept')"])
     await bus.publish(subjects.EXEC_REQUESTS, req, msg_id=req.request_id)
 

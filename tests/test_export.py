@@ -18,8 +18,8 @@ from bus.nats_bus import Bus, Identity
 from policy.versions import current_version, fetch_weights
 from runtime.cli.main import app
 from runtime.config import dump
-from tests.conftest import bus_settings
-from tests.test_learner import tiny_run_config
+from tests.conftest import bus_settings, until
+from tests.test_learner import tiny_run_config, version_at_least
 
 PROMPT = [1, 504, 3458, 314, 4649, 282, 253]
 
@@ -54,9 +54,7 @@ async def test_learner_leaves_a_model_folder_transformers_loads_and_generates_fr
             for version, prefix in ((1, "a"), (2, "b")):
                 await bus.publish_many(subjects.verdict_subject("train"), [
                     (v.verdict_id, v) for v in synthetic_verdicts(2, version - 1, (1.0, 0.0), prefix)])
-                with anyio.fail_after(60):
-                    while (await current_version(bus)).version < version:
-                        await anyio.sleep(0.05)
+                await until(lambda: version_at_least(bus, version), 60, f"version {version}")
             record = await current_version(bus)
             blob = await fetch_weights(bus, record)
             learn_bus.stopping.set()

@@ -37,12 +37,14 @@ def assignment(aid: str, group: int, version: int = 0, purpose: str = "train") -
 
 async def attempts_on_bus(bus, want: int, timeout_s: float = 60.0) -> list[Attempt]:
     """The attempts stored on whet.v1.attempts, once there are at least `want`."""
-    with anyio.fail_after(timeout_s):
-        while True:
-            got = [m for _, m in await bus.snapshot(subjects.STREAM_ATTEMPTS, Attempt)]
-            if len(got) >= want:
-                return got
-            await anyio.sleep(0.1)
+    got: list[Attempt] = []
+
+    async def stored() -> bool:
+        got[:] = [m for _, m in await bus.snapshot(subjects.STREAM_ATTEMPTS, Attempt)]
+        return len(got) >= want
+
+    await until(stored, timeout_s, lambda: f"{want} attempts on the attempts stream (have {len(got)})")
+    return got
 
 
 def fake_config(**sampling) -> RunConfig:

@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -23,10 +22,12 @@ from bus.messages import Job, Limits
 from judging.config import JudgeConfig
 from sandbox.config import SandboxConfig
 from sandbox.plain import PlainBackend
+from tests.conftest import until
 from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
 
 SLOW_LOAD = io_task(visible=[([[1, 2]], 3)], hidden=[([[5]], 5)], reference="def f(xs):\n    return sum(xs)\n",
                     random_cases=0, timeout_s=10)
+# staging: the solution takes 1.5 s to load, so a kill 0.6 s in lands mid-run
 SLOW_CODE = "import time\ntime.sleep(1.5)\ndef f(xs):\n    return sum(xs)\n"
 
 
@@ -50,7 +51,7 @@ class KillingBackend:
         return result
 
     async def _kill_soon(self) -> None:
-        await anyio.sleep(0.6)
+        await anyio.sleep(0.6)  # staging: the kill lands mid-run, inside SLOW_CODE's 1.5 s
         for pid in _pids_under(self.root):
             os.kill(pid, signal.SIGKILL)
 
@@ -106,7 +107,7 @@ class StarvingBackend:
         for hog in hogs:
             _top_priority_autogroup(hog.pid)
         try:
-            await anyio.sleep(0.2)
+            await anyio.sleep(0.2)  # staging: the hogs get going on CPU 0 before the job does
             pinned = msgspec.structs.replace(job, command=["taskset", "-c", "0", "nice", "-n", "19", *job.command])
             return await self.inner.run(pinned)
         finally:
@@ -161,12 +162,18 @@ class PrivateDockerd:
     async def wait_ready(self) -> bool:
         from sandbox.engine import answers
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            if await answers(f"unix://{self.sock}", timeout_s=2.0):
+        ready = False
+
+        async def answered_or_gone() -> bool:
+            nonlocal ready
+            if self.proc.poll() is not None:
                 return True
-            await anyio.sleep(0.2)
-        return False
+            ready = await answers(f"unix://{self.sock}", timeout_s=2.0)
+            return ready
+
+        with contextlib.suppress(TimeoutError):
+            await until(answered_or_gone, 60)
+        return ready
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -225,11 +232,15 @@ async def test_the_executor_killed_mid_job_gives_no_reward_until_a_clean_rerun(m
     stack.start()
     await bus.publish(subjects.ATTEMPTS, attempt(SLOW_LOAD, SLOW_CODE, attempt_id="k1.0"), msg_id="k1.0")
     victim = None
-    with anyio.fail_after(60):  # its own executor's job: other harnesses may run on this machine
-        while victim is None or not any("harness.py" in _cmdline(pid) for pid in _descendants(victim)):
-            await anyio.sleep(0.05)
-            beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="executor.")
-            victim = next((b.pid for b in beats.values()), None)
+
+    async def executor_running_the_job() -> bool:
+        """Its own executor's job: other harnesses may run on this machine."""
+        nonlocal victim
+        beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat, prefix="executor.")
+        victim = next((b.pid for b in beats.values()), None)
+        return victim is not None and any("harness.py" in _cmdline(pid) for pid in _descendants(victim))
+
+    await until(executor_running_the_job, 60, "the executor's harness.py running")
     os.kill(victim, signal.SIGKILL)
     with anyio.fail_after(90):
         async for _, verdict, _ in bus.replay(subjects.STREAM_VERDICTS, f"{subjects.VERDICTS}.>", Verdict):
@@ -242,10 +253,12 @@ async def test_the_executor_killed_mid_job_gives_no_reward_until_a_clean_rerun(m
         return events, [e for e in events if e.event == "exec.completed"
                         and e.fields.get("request_id") == "k1.0/t1/r0"]
 
-    with anyio.fail_after(30):  # events travel apart from verdicts: they may land later
-        while not (await completed())[1]:
-            await anyio.sleep(0.2)
-    await anyio.sleep(1.0)
+    async def rerun_completed() -> bool:
+        return bool((await completed())[1])
+
+    # events travel apart from verdicts: they may land later
+    await until(rerun_completed, 30, "exec.completed of k1.0/t1/r0 on the events stream")
+    await anyio.sleep(1.0)  # staging: a second exec.completed, were there one, has time to land
     events, done = await completed()
     assert any(e.event == "actor.exited" and e.fields.get("kind") == "executor" for e in events)
     assert len(done) == 1

@@ -48,7 +48,7 @@ def _sabotage(worker):
                 pass
     os._exit(0)
 _sabotage(os.getpid())
-time.sleep(0.2)
+time.sleep(0.2)  # staging: the saboteur gets to work before the answers
 """ + TABLE
 
 FORK_BOMB = """import os, signal, time
@@ -63,10 +63,10 @@ def _bomb():
                 os._exit(0)
         except OSError:
             break
-    time.sleep(30)
+    time.sleep(30)  # staging: the bomb's children outlive the attempt
     os._exit(0)
 _bomb()
-time.sleep(0.3)
+time.sleep(0.3)  # staging: the bomb goes off before the answers
 """ + TABLE
 
 FORGED = {
@@ -78,7 +78,7 @@ FORGED = {
         "    return sum(xs)\n"),
     "after the last answer": (
         "import os, sys, threading, time\nFD = int(sys.argv[3])\n"
-        "def _late():\n    time.sleep(0.05)\n    os.write(FD, b'{\"seq\": 999}\\n')\n"
+        "def _late():\n    time.sleep(0.05)  # staging: written after the last answer\n    os.write(FD, b'{\"seq\": 999}\\n')\n"
         "def f(xs):\n    threading.Thread(target=_late).start()\n    return sum(xs)\n"),
 }
 

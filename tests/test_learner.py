@@ -22,7 +22,7 @@ from policy.config import GeneratorConfig, LearnerConfig, ModelConfig, SamplingC
 from policy.versions import current_version, fetch_weights
 from envs.config import EvaluatorConfig
 from runtime.config import ActorsConfig, RunConfig, TrainingConfig
-from tests.conftest import bus_settings, patiently
+from tests.conftest import bus_settings, patiently, until
 from tests.test_generator import assignment, attempts_on_bus
 
 
@@ -46,6 +46,15 @@ async def second_bus(nats_server, kind: str) -> Bus:
     return await Bus.connect(bus_settings(nats_server.url), Identity(kind, f"{kind}-1"))
 
 
+async def version_at_least(bus: Bus, version: int) -> bool:
+    return (await current_version(bus)).version >= version
+
+
+async def step_recorded(bus: Bus, step: int) -> bool:
+    """Whether the learner's typed record of `step` is in the run's KV."""
+    return await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(step), StepRecord) is not None
+
+
 async def sample_after_one_version(bus, gen_bus) -> list:
     """With a learner and a generator running: two groups of 4 judged make version 1; once
     the generator runs it, a group of 2 admitted at version 1 is sampled; returns those 2."""
@@ -54,9 +63,7 @@ async def sample_after_one_version(bus, gen_bus) -> list:
     for a in await attempts_on_bus(bus, 8):
         await bus.publish(subjects.verdict_subject("train"),
                           verdict_for(a, float(a.index % 2)), msg_id=a.attempt_id)
-    with anyio.fail_after(120):
-        while gen_bus.stats.policy_version < 1:
-            await anyio.sleep(0.1)
+    await until(lambda: gen_bus.stats.policy_version >= 1, 120, "the generator on version 1")
     await bus.publish(subjects.TASKS, assignment("g3", 2, version=1), msg_id="g3")
     return [a for a in await attempts_on_bus(bus, 10) if a.group_id == "g3"]
 
@@ -111,10 +118,11 @@ async def test_sync_mode_advances_every_batch_and_rejects_off_policy_samples(bus
     async def feed_and_wait(verdicts, version):
         await bus.publish_many(subjects.verdict_subject("train"),
                                [(v.verdict_id, v) for v in verdicts])
-        with anyio.fail_after(60):
-            while (learn_bus.stats.gauges.get("step", 0) < version
-                   or (await current_version(bus)).version < version):
-                await anyio.sleep(0.05)
+        async def published() -> bool:
+            return (learn_bus.stats.gauges.get("step", 0) >= version
+                    and (await current_version(bus)).version >= version)
+
+        await until(published, 60, f"learner step and published version {version}")
         return await current_version(bus), dict(learn_bus.stats.gauges)
 
     try:
@@ -148,9 +156,7 @@ async def test_async_batch_without_signal_still_moves_the_version(bus, nats_serv
             for prefix, rewards, version in (("same", (1.0, 1.0), 1), ("mixed", (1.0, 0.0), 2)):
                 await bus.publish_many(subjects.verdict_subject("train"), [
                     (v.verdict_id, v) for v in synthetic_verdicts(2, 0, rewards, prefix)])
-                with anyio.fail_after(60):
-                    while (await current_version(bus)).version < version:
-                        await anyio.sleep(0.05)
+                await until(lambda: version_at_least(bus, version), 60, f"version {version}")
                 versions.append(await current_version(bus))
             learn_bus.stopping.set()
     finally:
@@ -177,10 +183,8 @@ async def test_refill_waits_for_groups_with_signal(bus, nats_server, tmp_path, z
             await bus.publish_many(subjects.verdict_subject("train"), [
                 (v.verdict_id, v) for v in synthetic_verdicts(2, 0, (1.0, 1.0), "same")
                 + synthetic_verdicts(2, 0, (1.0, 0.0), "mixed")])
-            with anyio.fail_after(60):
-                while (record := await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1),
-                                                  StepRecord)) is None:
-                    await anyio.sleep(0.05)
+            await until(lambda: step_recorded(bus, 1), 60, "step 1's record in KV")
+            record = await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1), StepRecord)
             learn_bus.stopping.set()
     finally:
         await learn_bus.close()
@@ -206,9 +210,8 @@ async def test_learner_holds_past_an_evaluated_version_until_its_round_is_report
                 await tg.start(learner.run, learn_bus, cfg)
                 await bus.publish_many(subjects.verdict_subject("train"), [
                     (v.verdict_id, v) for v in synthetic_verdicts(2, 0, (1.0, 0.0), "held")])
-                with anyio.fail_after(60):
-                    while not any(e["event"] == "learner.holding_for_eval" for e in logs):
-                        await anyio.sleep(0.05)
+                await until(lambda: any(e["event"] == "learner.holding_for_eval" for e in logs),
+                            60, "learner.holding_for_eval logged")
                 await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
                                  EvaluatorState(last_round=0, last_reported=-1))
                 nats_server.kill()
@@ -216,14 +219,10 @@ async def test_learner_holds_past_an_evaluated_version_until_its_round_is_report
                 held = await patiently(lambda: current_version(bus))
                 await bus.kv_put(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE,
                                  EvaluatorState(last_round=0, last_reported=0))
-                with anyio.fail_after(60):
-                    while (await current_version(bus)).version < 1:
-                        await anyio.sleep(0.05)
+                await until(lambda: version_at_least(bus, 1), 60, "version 1 released")
                 released = await current_version(bus)
-                with anyio.fail_after(30):
-                    while (record := await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1),
-                                                      StepRecord)) is None:
-                        await anyio.sleep(0.05)
+                await until(lambda: step_recorded(bus, 1), 30, "step 1's record in KV")
+                record = await bus.kv_get(subjects.BUCKET_RUN, subjects.step_key(1), StepRecord)
                 learn_bus.stopping.set()
         finally:
             await learn_bus.close()
@@ -253,13 +252,10 @@ async def test_member_arriving_after_its_group_was_trained_is_dropped_and_named(
             async with anyio.create_task_group() as tg:
                 await tg.start(learner.run, learn_bus, cfg)
                 await bus.publish(subjects.verdict_subject("train"), first, msg_id=first.verdict_id)
-                with anyio.fail_after(60):
-                    while learn_bus.stats.gauges.get("step", 0) < 1:
-                        await anyio.sleep(0.05)
+                await until(lambda: learn_bus.stats.gauges.get("step", 0) >= 1, 60, "learner step 1")
                 await bus.publish(subjects.verdict_subject("train"), late, msg_id=late.verdict_id)
-                with anyio.fail_after(30):
-                    while not any(e["event"] == "learner.late_member_dropped" for e in logs):
-                        await anyio.sleep(0.05)
+                await until(lambda: any(e["event"] == "learner.late_member_dropped" for e in logs),
+                            30, "learner.late_member_dropped logged")
                 learn_bus.stopping.set()
     finally:
         await learn_bus.close()
@@ -288,9 +284,7 @@ async def test_two_rank_zero2_learner_trains_and_checkpoints_both_shards(bus, na
             await tg.start(learner.run, learn_bus, cfg)
             await bus.publish_many(subjects.verdict_subject("train"),
                                    [(v.verdict_id, v) for v in synthetic_verdicts(2)])
-            with anyio.fail_after(120):
-                while learn_bus.stats.gauges.get("step", 0) < 1:
-                    await anyio.sleep(0.1)
+            await until(lambda: learn_bus.stats.gauges.get("step", 0) >= 1, 120, "learner step 1")
             gauges = dict(learn_bus.stats.gauges)
             learn_bus.stopping.set()
     finally:

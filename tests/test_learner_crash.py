@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -22,7 +21,7 @@ import pytest
 from bus import subjects
 from bus.codec import pack_f32, pack_ids
 from bus.messages import Attempt, Turn, Verdict
-from tests.conftest import ROOT
+from tests.conftest import ROOT, until_sync
 from tests.test_generator import make_task
 
 pytestmark = pytest.mark.stack
@@ -96,14 +95,18 @@ class LearnerProcess:
         return [json.loads(line) for line in text[:text.rfind("\n") + 1].splitlines() if line.strip()]
 
     def wait_for(self, predicate, timeout_s: float = 120.0) -> list[dict]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        seen: list[list[dict]] = []
+
+        def holds() -> bool:
             events = self.events()
             if predicate(events):
-                return events
+                seen.append(events)
+                return True
             assert self.proc.poll() is None, (self.run_dir / "learner.out").read_text()[-3000:]
-            time.sleep(0.05)
-        raise AssertionError(f"timed out; last events: {[e['event'] for e in self.events()][-10:]}")
+            return False
+
+        until_sync(holds, timeout_s, lambda: f"last events: {[e['event'] for e in self.events()][-10:]}")
+        return seen[-1]
 
     def kill9(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -22,7 +21,7 @@ from actors.learner_rank import rank_of
 from bus import subjects
 from bus.errors import ConfigError
 from bus.messages import LearnerRankClaim, LearnerRendezvous
-from tests.conftest import ROOT, until
+from tests.conftest import ROOT, until, until_sync
 from tests.test_learner_crash import named, publish_all, synthetic_verdicts
 
 pytestmark = pytest.mark.stack
@@ -103,17 +102,23 @@ class Rank:
 
 def wait_for(ranks: list[Rank], predicate, timeout_s: float = 90.0) -> list[dict]:
     """Rank 0's events once `predicate` holds, supervising both ranks meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+    seen: list[list[dict]] = []
+
+    def holds() -> bool:
         events = ranks[0].events()
         if predicate(events):
-            return events
+            seen.append(events)
+            return True
         for rank in ranks:
             rank.supervise()
-        time.sleep(0.05)
-    tails = {r.instance: (r.run_dir / f"{r.instance}.out").read_text()[-1500:] for r in ranks}
-    raise AssertionError(f"timed out; rank 0 events: {[e['event'] for e in ranks[0].events()][-10:]}; "
-                         f"outputs: {tails}")
+        return False
+
+    def story() -> str:
+        tails = {r.instance: (r.run_dir / f"{r.instance}.out").read_text()[-1500:] for r in ranks}
+        return f"rank 0 events: {[e['event'] for e in ranks[0].events()][-10:]}; outputs: {tails}"
+
+    until_sync(holds, timeout_s, story)
+    return seen[-1]
 
 
 def pair(tmp_path: Path, url: str, checkpoint_every: int) -> list[Rank]:
@@ -208,10 +213,15 @@ async def test_a_rank_joins_each_generation_once_and_its_replacement_ends_it_for
     assert (first.generation, old.generation, old.port) == (1, 1, first.port)
     seats = await seated(bus, first)
     assert {rank: claim.incarnation for rank, claim in seats.items()} == {1: "first"}
+
+    async def claims_watched() -> bool:  # a consumer on the claims' keys is bound: it is open
+        claims = subjects.kv_subject(subjects.BUCKET_RUN, subjects.KEY_LEARNER_RANKS)
+        return any(c.config.filter_subject == claims and c.push_bound
+                   for c in await bus.js.consumers_info(subjects.kv_stream(subjects.BUCKET_RUN)))
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             async def replace() -> None:
-                await anyio.sleep(0.2)
+                await until(claims_watched, 10, "rank 0's watch of the rank claims open")
                 await take_seat(bus, lc, 1, "second")
 
             tg.start_soon(replace)
@@ -258,7 +268,7 @@ async def test_a_peer_whose_heartbeats_stop_is_lost(bus):
         async with anyio.create_task_group() as tg:
             async def beating() -> None:
                 for _ in range(10):  # 2 s of beats, longer than 5 intervals
-                    await anyio.sleep(0.2)
+                    await anyio.sleep(0.2)  # staging: a peer beats every interval
                     await bus.kv_put(subjects.BUCKET_ACTORS, key, beat())
 
             tg.start_soon(beating)
@@ -291,10 +301,10 @@ async def test_an_outage_of_the_bus_is_not_a_lost_peer(bus, nats_server):
             async def peer() -> None:
                 while not beating.is_set():
                     await beat()
-                    await anyio.sleep(0.2)
+                    await anyio.sleep(0.2)  # staging: a peer beats every interval
                 for _ in range(5):  # beats again after the outage, then stops
                     await beat()
-                    await anyio.sleep(0.2)
+                    await anyio.sleep(0.2)  # staging: a peer beats every interval
 
             async def outage() -> None:
                 async def watched() -> bool:  # the watch's consumer exists: it is open

@@ -23,8 +23,8 @@ from bus.nats_bus import Bus, Identity
 from policy.config import LoraSettings, ModelConfig
 from policy.versions import current_version, fetch_weights
 from runtime.config import RunConfig, dump
-from tests.conftest import bus_settings
-from tests.test_learner import sample_after_one_version, tiny_run_config
+from tests.conftest import bus_settings, until
+from tests.test_learner import sample_after_one_version, tiny_run_config, version_at_least
 
 pytestmark = pytest.mark.bus
 
@@ -145,9 +145,7 @@ async def test_a_lora_run_leaves_the_merged_model_and_the_adapter_folder(bus, na
             await tg.start(learner.run, learn_bus, cfg)
             await bus.publish_many(subjects.verdict_subject("train"), [
                 (v.verdict_id, v) for v in synthetic_verdicts(2, 0, (1.0, 0.0), "a")])
-            with anyio.fail_after(60):
-                while (await current_version(bus)).version < 1:
-                    await anyio.sleep(0.05)
+            await until(lambda: version_at_least(bus, 1), 60, "version 1")
             blob = await fetch_weights(bus, await current_version(bus))
             learn_bus.stopping.set()
     finally:

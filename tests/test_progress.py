@@ -17,6 +17,7 @@ from runtime.stack.plots import draw
 from runtime.stack.progress import Progress, watch
 from runtime.stack.render_round import eval_row, round_brief, round_line, rung_text
 from runtime.stack.rundir import RunDir
+from tests.conftest import until
 
 
 def progress(tmp_path, evaluators: int) -> Progress:
@@ -184,10 +185,9 @@ async def test_a_stack_shows_its_live_line_from_the_start(make_stack, tmp_path):
     stack = make_stack("[actors.count]\nprobe = 1\n[actors.target]\n"
                        'probe = "tests.support.probe_actor:run"\n')
     stack.start()
-    with anyio.fail_after(30):
-        while not any(line.split("  ", 1)[-1].startswith(("starting: 0/1", "running"))
-                      for line in (tmp_path / "stack.out").read_text().splitlines()):
-            await anyio.sleep(0.2)
+    await until(lambda: any(line.split("  ", 1)[-1].startswith(("starting: 0/1", "running"))
+                            for line in (tmp_path / "stack.out").read_text().splitlines()),
+                30, "the live line in stack.out")
 
 
 @pytest.mark.bus
@@ -201,23 +201,21 @@ async def test_step_records_reach_train_csv_once_each_across_a_server_restart(bu
         with (tmp_path / "metrics" / "train.csv").open(newline="") as f:
             return [r["step"] for r in csv.DictReader(f)]
 
-    async def until(n: int) -> None:
-        with anyio.fail_after(60):
-            while len(rows()) < n:
-                await anyio.sleep(0.05)
+    async def written(n: int) -> None:
+        await until(lambda: len(rows()) >= n, 60, f"{n} rows in train.csv")
 
     await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(1), step(1))
     async with anyio.create_task_group() as tg:
         tg.start_soon(watch, bus, subjects.KEY_LEARNER_STEPS, StepRecord, p.on_step)
-        await until(1)
+        await written(1)
         await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(2), step(2))
-        await until(2)
+        await written(2)
         nats_server.kill()
         nats_server.start()
         await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(3), step(3))
-        await until(3)
+        await written(3)
         await bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(4), step(4))  # a sentinel
-        await until(4)
+        await written(4)
         tg.cancel_scope.cancel()
     assert rows() == ["1", "2", "3", "4"]
     assert p.done
@@ -231,9 +229,8 @@ async def test_a_stack_stops_itself_after_max_steps_from_the_step_records(make_s
 
     stack = make_stack(CONFIG.replace("[training]\n", "[training]\nmax_steps = 2\n"))
     stack.start(timeout_s=180)
-    with anyio.fail_after(600):
-        while stack.proc is not None and stack.proc.poll() is None:
-            await anyio.sleep(0.5)
+    await until(lambda: stack.proc is None or stack.proc.poll() is not None, 600,
+                "the stack stopped itself")
     assert stack.proc is not None and stack.proc.returncode == 0
     with (stack.run_dir / "metrics" / "train.csv").open(newline="") as f:
         rows = list(csv.DictReader(f))

@@ -3,7 +3,6 @@ reader has acked, and a publish that finds the stream full uses that room."""
 
 from __future__ import annotations
 
-import anyio
 import msgspec
 import pytest
 
@@ -13,7 +12,7 @@ from bus.messages import Verdict
 from bus.nats_bus import Bus, Identity
 from runtime.config import RunConfig
 from runtime.connect import topology
-from tests.conftest import bus_settings, with_caps
+from tests.conftest import bus_settings, until, with_caps
 from tests.test_codec import samples
 
 pytestmark = pytest.mark.bus
@@ -99,10 +98,11 @@ async def test_a_verdict_the_server_gave_up_on_stays_until_it_is_dead_lettered(s
                                            subjects.STREAM_VERDICTS)
     assert len(await sub.fetch(1, timeout=5)) == 1  # never acked
     advisories = subjects.max_deliveries_advisory(subjects.STREAM_VERDICTS, "*")
-    with anyio.fail_after(15):
-        while not (await bus.js.stream_info(subjects.STREAM_ADVISORIES,
-                                            subjects_filter=advisories)).state.subjects:
-            await anyio.sleep(0.2)
+    async def advised() -> bool:
+        return bool((await bus.js.stream_info(subjects.STREAM_ADVISORIES,
+                                              subjects_filter=advisories)).state.subjects)
+
+    await until(advised, 15, "a max-deliveries advisory for the verdicts stream")
     assert await bus.reclaim_consumed(subjects.STREAM_VERDICTS) == 0
     [state] = await bus.stream_states([subjects.STREAM_VERDICTS])
     assert state.messages == 1

@@ -25,6 +25,7 @@ from judging.episode import tool_text
 from runtime.config import RunConfig, SupervisorConfig
 from sandbox.config import ExecutorConfig, SandboxConfig
 from sandbox.workspace import digest_of
+from tests.conftest import until
 from tests.support.sandbox_fixtures import built_envs  # noqa: F401
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,13 +150,15 @@ def _executor_process(tmp_path: Path, url: str) -> subprocess.Popen:
 
 async def _ready(bus, instance: str, proc: subprocess.Popen, timeout_s: float = 60) -> None:
     key = subjects.actor_key("executor", instance)
-    with anyio.fail_after(timeout_s):
-        while True:
-            beat = await bus.kv_get(subjects.BUCKET_ACTORS, key, Heartbeat)
-            if beat is not None and beat.state == "ready":
-                return
-            assert proc.poll() is None, "the executor process died while starting"
-            await anyio.sleep(0.1)
+
+    async def ready() -> bool:
+        beat = await bus.kv_get(subjects.BUCKET_ACTORS, key, Heartbeat)
+        if beat is not None and beat.state == "ready":
+            return True
+        assert proc.poll() is None, "the executor process died while starting"
+        return False
+
+    await until(ready, timeout_s, f"{instance}'s heartbeat saying ready")
 
 
 @pytest.mark.bus
@@ -259,9 +262,13 @@ async def test_repository_episodes_run_through_the_whole_stack(make_stack, bus, 
 async def _executor_gauges(bus, key: str, at_least: float) -> dict[str, float]:
     """The executor's gauges once a heartbeat shows `key` at `at_least` (beats come every 2 s:
     the last session may be newer than the last beat)."""
-    while True:
+    stats: dict[str, float] = {}
+
+    async def shown() -> bool:
+        nonlocal stats
         beats = await bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
         stats = next((b.stats for b in beats.values() if b.kind == "executor"), {})
-        if stats.get(key, 0) >= at_least:
-            return stats
-        await anyio.sleep(0.2)
+        return stats.get(key, 0) >= at_least
+
+    await until(shown, 180, f"an executor heartbeat with {key} at {at_least}")
+    return stats

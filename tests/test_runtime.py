@@ -10,7 +10,6 @@ import json
 import os
 import signal
 
-import anyio
 import msgspec
 import pytest
 
@@ -18,6 +17,7 @@ from bus import subjects
 from bus.codec import decode
 from bus.messages import DeadLetter, ExecutionDone, ExecutionRequest, Job
 from runtime.cli import stack_status as status_mod
+from tests.conftest import until
 from tests.test_codec import samples
 
 pytestmark = pytest.mark.stack
@@ -50,12 +50,16 @@ async def done_messages(bus) -> list[ExecutionDone]:
 
 
 async def wait_for(predicate, timeout_s: float, what: str):
-    with anyio.fail_after(timeout_s):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await anyio.sleep(0.2)
+    """The first true value of the async `predicate()`, within `timeout_s`."""
+    value = None
+
+    async def holds():
+        nonlocal value
+        value = await predicate()
+        return value
+
+    await until(holds, timeout_s, what)
+    return value
 
 
 async def ready_probes(bus, n: int, timeout_s: float = 30.0) -> status_mod.StackStatus:

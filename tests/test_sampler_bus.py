@@ -108,6 +108,12 @@ async def _verdicts(bus: Bus, a: TaskAssignment, *, passed: int, dropped: bool =
         await bus.publish(subjects.verdict_subject("train"), v, msg_id=v.verdict_id)
 
 
+async def judged_at_least(bus: Bus, n: int) -> bool:
+    """Whether the sampler's persisted state counts `n` judged attempts."""
+    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
+    return state.judged >= n
+
+
 async def _sampler_bus(url: str) -> Bus:
     return await Bus.connect(bus_settings(url), Identity("sampler", "s1", run_id="r1"))
 
@@ -212,10 +218,7 @@ async def test_a_redelivered_verdict_is_counted_once(bus, nats_server):
         first = await _run_sampler(tg, nats_server.url)
         await gen.wait_for(4)
         await _verdicts(bus, gen.got[0], passed=1)
-        with anyio.fail_after(10):
-            while (await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE,
-                                    SamplerState)).judged < 4:
-                await anyio.sleep(0.1)
+        await until(lambda: judged_at_least(bus, 4), 10, "the sampler's state judging 4")
         await first.stop()
         state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE, SamplerState)
         # as if the acks had been lost: the same verdicts come again under new stream entries
@@ -292,10 +295,7 @@ async def test_mix_and_band_hold_over_the_bus(bus, nats_server, idle):
         for n, a in enumerate(first):
             passed = a.task.task_id in solved or n % 2 == 0
             await _verdicts(bus, a, passed=int(passed))
-        with anyio.fail_after(30):
-            while (await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_SAMPLER_STATE,
-                                    SamplerState)).judged < 400:
-                await anyio.sleep(0.1)
+        await until(lambda: judged_at_least(bus, 400), 30, "the sampler's state judging 400")
         await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                          WeightVersion(version=1, object_name="", step=1, created_at=time.time()))
         await gen.wait_for(800)
@@ -332,9 +332,8 @@ async def test_intake_stops_at_the_pool_size_and_skips_domains_outside_the_mix(b
         with capture_logs() as logs:
             async with anyio.create_task_group() as tg:
                 await tg.start(sampler_actor.run, b, POOL_CONFIG)
-                with anyio.fail_after(60):
-                    while not any(e["event"] == "intake.completed" for e in logs):
-                        await anyio.sleep(0.05)
+                await until(lambda: any(e["event"] == "intake.completed" for e in logs), 60,
+                            "intake.completed logged")
                 b.stopping.set()
     finally:
         await b.close()

@@ -29,6 +29,7 @@ from policy.follower import WeightFollower
 from policy.sampling import sample_rows
 from policy.sft import demo_ids, demo_rows, sft_batches
 from runtime.cli.main import app
+from tests.conftest import until
 from tests.test_learner import tiny_run_config
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -147,13 +148,15 @@ def repository_task() -> Task:
 
 
 async def latest_attempt(bus, turns: int) -> Attempt:
-    with anyio.fail_after(30):
-        while True:
-            got = [m for _, m in await bus.snapshot(subjects.STREAM_ATTEMPTS, Attempt)
-                   if len(m.turns) == turns]
-            if got:
-                return got[0]
-            await anyio.sleep(0.05)
+    got: list[Attempt] = []
+
+    async def stored() -> bool:
+        got[:] = [m for _, m in await bus.snapshot(subjects.STREAM_ATTEMPTS, Attempt)
+                  if len(m.turns) == turns]
+        return bool(got)
+
+    await until(stored, 30, f"an attempt of {turns} turns on the attempts stream")
+    return got[0]
 
 
 @pytest.mark.bus

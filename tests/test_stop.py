@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import anyio
@@ -22,7 +21,7 @@ import pytest
 from bus.nats_bus import Bus, Identity
 from runtime.broker.embedded import alive
 from runtime.cli import stack_status as status_mod
-from tests.conftest import ROOT, bus_settings
+from tests.conftest import ROOT, bus_settings, until
 
 pytestmark = pytest.mark.stack
 
@@ -63,13 +62,14 @@ def server_pid(run: Path) -> int:
 
 async def probes_ready(run: Path, deadline_s: float = 60.0) -> None:
     with anyio.fail_after(deadline_s):
-        while not (run / "ready").exists():
-            await anyio.sleep(0.1)
+        await until(lambda: (run / "ready").exists(), deadline_s, "the stack's ready file")
         bus = await Bus.connect(bus_settings((run / "nats.url").read_text().strip()),
                                 Identity("test", "test-1"))
         try:
-            while (await status_mod.gather(bus)).live("probe") < 2:
-                await anyio.sleep(0.2)
+            async def two_probes_live() -> bool:
+                return (await status_mod.gather(bus)).live("probe") >= 2
+
+            await until(two_probes_live, deadline_s, "2 probes live")
         finally:
             await bus.close()
 
@@ -88,10 +88,7 @@ async def test_a_stop_with_the_output_pipe_gone_stops_the_embedded_server(tmp_pa
         proc.stdout.close()  # tee died with the Ctrl-C
         os.killpg(proc.pid, signum)
         assert await anyio.to_thread.run_sync(lambda: proc.wait(timeout=60)) == 0
-        deadline = time.monotonic() + 20
-        while alive(server):
-            assert time.monotonic() < deadline, "nats-server outlived the stack"
-            await anyio.sleep(0.1)
+        await until(lambda: not alive(server), 20, "nats-server outlived the stack")
         events = (run / "logs" / "supervisor.jsonl").read_text()
         assert '"stack.stopped"' in events and '"nats.stopped"' in events
     finally:

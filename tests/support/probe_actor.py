@@ -28,7 +28,7 @@ async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     async def handle(req: ExecutionRequest, delivery: Delivery) -> None:
         if req.job.command[:1] == ["sleep"]:
-            await anyio.sleep(float(req.job.command[1]))
+            await anyio.sleep(float(req.job.command[1]))  # staging: a job that runs this long
         if req.job.command[:1] == ["crash"]:  # a poison message: the process dies every time
             os.kill(os.getpid(), 9)
         # Who ran it, and on which delivery: tests use this to see redelivery happen.
