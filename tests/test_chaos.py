@@ -33,7 +33,7 @@ from runtime.broker.embedded import alive
 from runtime.cli.stack_status import StackStatus, gather
 from runtime.stack.liveness import MISSED_BEATS
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
-                                 repeated)
+                                 repeated, supervisor_said)
 from tests.conftest import patiently, until
 
 pytestmark = pytest.mark.stack
@@ -202,22 +202,26 @@ class Chaos:
         return healthy(snap, self.last_server_start)
 
     def pick(self, snap: StackStatus, kind: str):
-        return self.rng.choice(sorted((a for a in snap.actors if a.kind == kind and a.state == "ready"),
-                                      key=lambda a: a.instance))
+        ready = (a for a in snap.actors if a.kind == kind and a.state == "ready")
+        return self.rng.choice(sorted(ready, key=lambda a: a.instance))
 
     async def pause_actor(self, actor) -> None:
         """Freeze `actor` until the supervisor says it is unresponsive and its messages' ack
         wait has passed, then thaw it and see the supervisor say it beats again."""
+        def said(event: str) -> bool:
+            return supervisor_said(self.run_dir, event, actor.instance, actor.pid)
+
         os.kill(actor.pid, signal.SIGSTOP)
         began = time.monotonic()
         try:
-            await until(lambda: told(self.run_dir, "actor.unresponsive", actor), 60,
+            await until(lambda: said("actor.unresponsive"), 60,
                         f"actor.unresponsive for the frozen {actor.instance} (pid {actor.pid})")
-            await anyio.sleep(max(0.0, began + PAUSE_S - time.monotonic()))  # staging: past the ack wait
+            left_s = max(0.0, began + PAUSE_S - time.monotonic())
+            await anyio.sleep(left_s)  # staging: frozen past the ack wait too
         finally:
             os.kill(actor.pid, signal.SIGCONT)
         self.paused.append((actor.kind, actor.pid))
-        await until(lambda: told(self.run_dir, "actor.responsive", actor), 60,
+        await until(lambda: said("actor.responsive"), 60,
                     f"actor.responsive for the thawed {actor.instance} (pid {actor.pid})")
 
     async def pause_server(self) -> None:
@@ -235,7 +239,8 @@ class Chaos:
         def reconnected() -> bool:
             seen = [e["event"] for e in events(self.run_dir, "supervisor") if e["ts"] >= began
                     and e["event"] in ("bus.disconnected", "bus.reconnected")]
-            return "bus.disconnected" in seen and "bus.reconnected" in seen[seen.index("bus.disconnected"):]
+            return ("bus.disconnected" in seen
+                    and "bus.reconnected" in seen[seen.index("bus.disconnected"):])
         await until(reconnected, 60, "bus.disconnected then bus.reconnected after the server froze")
 
     async def learner_between_checkpoints(self) -> None:
@@ -245,12 +250,6 @@ class Chaos:
             return (bool(steps) and steps[-1]["event"] == "learner.step_completed"
                     and steps[-1]["fields"]["step"] % CHECKPOINT_EVERY != 0)
         await until(unsaved, 120, "the learner past a step it has not checkpointed")
-
-
-def told(run_dir, event: str, actor) -> bool:
-    """Whether the supervisor logged `event` for this process of `actor`."""
-    return any(e["event"] == event and e["fields"].get("child") == actor.instance
-               and e["fields"].get("pid") == actor.pid for e in events(run_dir, "supervisor"))
 
 
 async def drained(bus, run_dir) -> bool:
@@ -381,7 +380,8 @@ async def reconcile_rounds(bus, run_dir) -> str:
         [subjects.STREAM_VERDICTS, subjects.STREAM_TRIALS])}
     consumers = states[subjects.STREAM_VERDICTS].consumers
     for spec in WATCHERS:
-        assert (consumers[spec.durable]["pending"], consumers[spec.durable]["in_flight"]) == (0, 0), spec
+        counts = consumers[spec.durable]
+        assert (counts["pending"], counts["in_flight"]) == (0, 0), spec
     trials = states[subjects.STREAM_TRIALS].messages
     assert trials == states[subjects.STREAM_VERDICTS].messages, (trials, "trials for verdicts")
     return (f"rounds {len(started)} started = {len({r['round'] for r in reports})} reported "
