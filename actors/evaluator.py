@@ -117,9 +117,9 @@ class Evaluator:
             await self.start_round(0)
         cut = self.state.last_round
         if cut > self.state.last_reported and cut not in self.rounds:
-            # A round cut short by a restart: its verdicts not yet seen are redelivered, and
-            # it reports what it has after round_timeout_s at the latest.
-            self.rounds[cut] = Round(cut, len(self.heldout) * self.k, time.monotonic())
+            # A round cut short by a restart: what it had counted is read back, the rest is
+            # redelivered, and it reports what it has after round_timeout_s at the latest.
+            await self.reopen(cut)
         async for current in self.bus.kv_watch(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
                                                WeightVersion):
             v = current.version
@@ -134,20 +134,47 @@ class Evaluator:
         if version is None or verdict.attempt.purpose != "eval" or version in self.reported:
             return
         rnd = self.rounds.get(version)
-        if rnd is None:  # a round from before a restart: its expected size is the same set
-            await self.ready.wait()
-            rnd = self.rounds[version] = Round(version, len(self.heldout) * self.k,
-                                              time.monotonic())
-        attempt = verdict.attempt
-        if not rnd.add(attempt.attempt_id, attempt.policy_version, attempt.task.task_id,
-                       attempt.task.domain, verdict.outcome, verdict.reward,
-                       rung=rung_of(attempt.task)):
+        if rnd is None:  # a round from before a restart
+            rnd = await self.reopen(version)
+            if rnd is None:
+                return
+        if not count(rnd, verdict):
             log.info("evaluator.duplicate_skipped", attempt_id=verdict.attempt.attempt_id)
             return
         if version == self.bus.stats.gauges.get(gauges.ROUND_VERSION):
             self.bus.stats.gauges[gauges.ROUND_JUDGED] = float(rnd.received)
-        if rnd.complete:
-            await self.report(self.rounds.pop(version))
+        await self.report_if_complete(rnd)
+
+    async def reopen(self, version: int) -> Round | None:
+        """The round of `version` again after a restart, with the verdicts it had counted read
+        back from the verdict stream (they were acked, so they are not redelivered); None for a
+        round reported before the restart (its `EvalRound` is in KV: it is not reported twice)."""
+        await self.ready.wait()
+        if version in self.rounds or version in self.reported:
+            return self.rounds.get(version)
+        if await self.bus.kv_items(subjects.BUCKET_RUN, EvalRound,
+                                   prefix=subjects.eval_round_prefix(version)):
+            self.reported.add(version)  # a kill may have come before its state was saved
+            if version > self.state.last_reported:
+                self.state.last_reported = version
+                await self.save()
+            return None
+        if version in self.rounds:  # reopened by another verdict of it meanwhile
+            return self.rounds[version]
+        rnd = self.rounds[version] = Round(version, len(self.heldout) * self.k, time.monotonic())
+        async for _, verdict, _ in self.bus.replay(subjects.STREAM_VERDICTS,
+                                                   subjects.verdict_subject("eval"), Verdict,
+                                                   follow=False):
+            if verdict is not None and round_of(verdict.attempt.group_id) == version:
+                count(rnd, verdict)
+        log.info("evaluator.round_reopened", version=version, received=rnd.received,
+                 expected=rnd.expected)
+        await self.report_if_complete(rnd)
+        return rnd
+
+    async def report_if_complete(self, rnd: Round) -> None:
+        if rnd.complete and self.rounds.get(rnd.version) is rnd:
+            await self.report(self.rounds.pop(rnd.version))
 
     async def on_train(self, verdict: Verdict, delivery: Delivery) -> None:
         """Record a train verdict's reward by policy version (dropped ones say nothing)."""
@@ -216,6 +243,14 @@ class Evaluator:
                                           tolerance=cfg.heldout_tolerance)
         if why:
             log.warning("evaluator.divergence_detected", policy_version=point.version, reason=why)
+
+
+def count(rnd: Round, verdict: Verdict) -> bool:
+    """Count an eval verdict in its round; False for one counted before."""
+    attempt = verdict.attempt
+    return rnd.add(attempt.attempt_id, attempt.policy_version, attempt.task.task_id,
+                   attempt.task.domain, verdict.outcome, verdict.reward, rung=rung_of(attempt.task))
+
 
 async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:

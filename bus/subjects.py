@@ -174,6 +174,11 @@ def eval_round_key(round_version: int, version: int) -> str:
     return f"evaluator.round.{round_version:06d}.{version:06d}"
 
 
+def eval_round_prefix(round_version: int) -> str:
+    """whet-run key prefix of every result of the round for `round_version`."""
+    return f"evaluator.round.{round_version:06d}."
+
+
 def rank_key(rank: int) -> str:
     """whet-run key of the `LearnerRankClaim` of learner rank `rank` (1 and up)."""
     return f"learner.rank.{rank}"

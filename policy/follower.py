@@ -24,7 +24,7 @@ from bus.errors import BusError, ObjectCorrupt, ObjectMissing
 from bus.messages import WeightVersion
 from bus.nats_bus import Bus
 from policy.engine import Engine
-from policy.versions import current_version, fetch_weights
+from policy.versions import current_version, fetch_weights, object_name
 
 log = structlog.get_logger("policy.follower")
 
@@ -75,13 +75,21 @@ class WeightFollower:
             began = time.monotonic()
             blob = None
             if version > 0:
-                with anyio.fail_after(timeout_s):
-                    while version not in self.seen:
-                        await self._seen_changed.wait()
-                blob = await fetch_weights(self.bus, self.seen[version])
+                blob = await fetch_weights(self.bus, await self._announcement(version, timeout_s))
             await self.engine.pin(version, blob, dtype)
             log.info("generator.round_weights_pinned", policy_version=version, dtype=dtype,
                      seconds=round(time.monotonic() - began, 3), bytes=len(blob or b""))
+
+    async def _announcement(self, version: int, timeout_s: float) -> WeightVersion:
+        """Where the weights of `version` are: its announcement once seen, or, for a version
+        announced before this watch began (a generator restarted mid-round, a watch renewed
+        after an outage shows only the newest), its object by name."""
+        with anyio.fail_after(timeout_s):
+            while version not in self.seen:
+                if self.seen and max(self.seen) > version:
+                    return WeightVersion(version=version, object_name=object_name(version))
+                await self._seen_changed.wait()
+        return self.seen[version]
 
     def _saw(self, record: WeightVersion) -> None:
         self.seen[record.version] = record

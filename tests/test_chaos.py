@@ -1,19 +1,19 @@
-"""Chaos: kill -9 actors and the nats-server during a training run; nothing is lost or doubled.
+"""Chaos: kill -9 and SIGSTOP actors and the nats-server during a run; nothing lost or doubled.
 
 The whole pipeline runs as separate processes under `whet up` (sampler, generator with the
-fake engine, judge, executor, learner on the tiny model) against the test's own
-nats-server. Tasks come from `tests.support.quiet_scripts`, which the uniformly sampling fake
-engine solves about one time in four, so rewards differ within groups and the learner
-really trains. A seeded schedule kills each actor kind and the server with SIGKILL, each
-kill once the stack is whole again and work has moved on since the previous one; the
-learner dies between a trained step and the checkpoint that would hold it, so that step is
-lost and its verdicts come back. Then admission stops, the run drains and stops, and every
-admitted attempt is traced to exactly one fate.
+fake engine, judge, executor, learner on the tiny model, evaluator, monitor) against the
+test's own nats-server. Tasks come from `tests.support.quiet_scripts`, which the uniformly
+sampling fake engine solves about one time in four, so the learner really trains; some are
+held out, and the evaluator runs a round every other version. A seeded schedule kills each
+kind and the server with SIGKILL (the learner between a trained step and its checkpoint),
+freezes one actor of a seeded kind (SIGSTOP) past the ack wait and the heartbeat limit, then
+thaws it (SIGCONT, after the supervisor's `actor.unresponsive`), and freezes the server past
+the ack wait and the clients' ping limit. Then admission stops, the run drains and stops,
+every admitted attempt is traced to exactly one fate and every round started to one report.
 
 CI runs one seed with one instance of each kind. `CHAOS_SEED`, `CHAOS_REPLICAS` (instances
 of each stateless kind: generator, judge, executor) and `CHAOS_ROUNDS` (times through the
-kill schedule) vary it, for example
-`CHAOS_SEED=3 CHAOS_REPLICAS=2 .venv/bin/pytest tests/test_chaos.py -s`.
+schedule) vary it, e.g. `CHAOS_SEED=3 CHAOS_REPLICAS=2 .venv/bin/pytest tests/test_chaos.py -s`.
 """
 
 from __future__ import annotations
@@ -28,24 +28,37 @@ import anyio
 import pytest
 
 from bus import subjects
-from bus.messages import SamplerState, Verdict
+from bus.messages import EvaluatorState, SamplerState, Verdict
 from runtime.broker.embedded import alive
 from runtime.cli.stack_status import StackStatus, gather
+from runtime.stack.liveness import MISSED_BEATS
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
-                                 repeated)
+                                 repeated, supervisor_said)
 from tests.conftest import patiently, until
 
 pytestmark = pytest.mark.stack
 
 GROUP = 4
-KINDS = ("sampler", "generator", "judge", "executor", "learner")
+KINDS = ("sampler", "generator", "judge", "executor", "learner", "evaluator", "monitor")
 SEED = int(os.environ.get("CHAOS_SEED", "7"))
 REPLICAS = int(os.environ.get("CHAOS_REPLICAS", "1"))
 "Instances of each stateless kind (generator, judge, executor)."
 ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
 STATELESS = ("generator", "judge", "executor")
-SCHEDULE = (["nats"] * 3 + ["learner", "executor", "judge", "generator"] * 2 + ["sampler"]) * ROUNDS
-"Twelve kills a round; the seed shuffles their order and timing."
+PAUSES = ("pause", "pause-nats")
+"SIGSTOP of one actor (of a seeded kind), and of the server."
+SCHEDULE = (["nats", "learner"] * 2 + [k for k in KINDS if k != "learner"] + [*PAUSES]) * ROUNDS
+"Ten kills and two pauses a round; the seed shuffles their order and timing."
+HEARTBEAT_S = 1.0
+ACK_WAIT_S = 3.0
+PAUSE_S = max(ACK_WAIT_S, MISSED_BEATS * HEARTBEAT_S) + 2.0
+"An actor stays frozen past its messages' ack wait and the supervisor's heartbeat limit."
+SERVER_PAUSE_S = 9.0
+"The server stays frozen past the ack wait and the clients' ping limit (4 pings of 2 s)."
+EVERY_VERSIONS = 2
+WATCHERS = (subjects.CONSUMER_EVALUATOR, subjects.CONSUMER_MONITOR_TRAIN,
+            subjects.CONSUMER_MONITOR_EVAL)
+"Durables on the verdicts beside the learner's: drained too, before the stop."
 PROGRESS = 2 * GROUP
 "Verdicts stored between two kills, so that work keeps flowing."
 CHECKPOINT_EVERY = 2
@@ -60,9 +73,11 @@ generator = {REPLICAS}
 judge = {REPLICAS}
 executor = {REPLICAS}
 learner = 1
+evaluator = 1
+monitor = 1
 
 [supervisor]
-heartbeat_s = 1.0
+heartbeat_s = {HEARTBEAT_S}
 drain_s = 5.0
 restart_backoff_s = 0.5
 restart_backoff_max_s = 2.0
@@ -82,11 +97,21 @@ engine = "fake"
 fake_vocab = 4
 [generator.sampling]
 max_new_tokens = 4
+[generator.eval_sampling]
+max_new_tokens = 4
 
 [learner]
 lr = 0.001
 micro_batch_size = 4
 checkpoint_every = {CHECKPOINT_EVERY}
+
+[evaluator]
+every_versions = {EVERY_VERSIONS}
+tasks_per_domain = 2
+round_timeout_s = 120
+
+[monitor]
+prometheus_port = 0
 
 [executor]
 concurrency = 2
@@ -97,8 +122,8 @@ backend = "subprocess"
 mix = {{ quiet = 1.0 }}
 [envs.use.quiet_scripts]
 target = "tests.support.quiet_scripts:ENVIRONMENT"
-count = 12
-heldout_share = 0.0
+count = 16
+heldout_share = 0.25
 checks = ["determinism"]
 [envs.gates.sandbox]
 backend = "subprocess"
@@ -118,14 +143,16 @@ async def verdict_count(bus) -> int:
 
 
 class Chaos:
-    """Kills on a seeded schedule, each once the stack is healthy and work has moved on. The
-    learner is killed when it has trained a step that no checkpoint holds yet, the moment
-    a sample could be trained twice; the others at a random phase of their work."""
+    """Kills and pauses on a seeded schedule, each once the stack is healthy and work has moved
+    on. The learner is killed when it has trained a step that no checkpoint holds yet, the
+    moment a sample could be trained twice; the others at a random phase of their work."""
 
     def __init__(self, bus, server, run_dir) -> None:
         self.bus, self.server, self.run_dir = bus, server, run_dir
         self.rng = random.Random(SEED)
         self.killed: list[tuple[str, int]] = []
+        self.paused: list[tuple[str, int]] = []
+        "(kind or 'nats', pid) of each process frozen and thawed."
         self.last_server_start = 0.0
 
     async def wait_until(self, predicate, timeout_s: float = 180.0) -> StackStatus:
@@ -146,7 +173,7 @@ class Chaos:
         return await self.wait_until(ok)
 
     async def run(self) -> bool:
-        """Kill on schedule; True once the stack is healthy again and work moved on."""
+        """Kill and pause on schedule; True once the stack is healthy again and work moved on."""
         schedule = SCHEDULE[:]
         self.rng.shuffle(schedule)
         verdicts = await patiently(lambda: verdict_count(self.bus))
@@ -156,21 +183,65 @@ class Chaos:
             if target == "learner":
                 await self.learner_between_checkpoints()
             else:
-                await anyio.sleep(self.rng.uniform(0.0, 1.5))  # staging: a kill at a random moment
+                await anyio.sleep(self.rng.uniform(0.0, 1.5))  # staging: a fault at a random moment
             if target == "nats":
                 self.server.kill()
                 await anyio.sleep(self.rng.uniform(0.5, 2.0))  # staging: an outage of random length
                 await anyio.to_thread.run_sync(self.server.start)
                 self.last_server_start = time.time()
                 self.killed.append(("nats", 0))
+            elif target == "pause-nats":
+                await self.pause_server()
+            elif target == "pause":
+                await self.pause_actor(self.pick(snap, self.rng.choice(KINDS)))
             else:
-                actor = self.rng.choice(sorted(
-                    (a for a in snap.actors if a.kind == target and a.state == "ready"),
-                    key=lambda a: a.instance))
+                actor = self.pick(snap, target)
                 os.kill(actor.pid, signal.SIGKILL)
                 self.killed.append((target, actor.pid))
         snap = await self.settled_and_moving(verdicts)
         return healthy(snap, self.last_server_start)
+
+    def pick(self, snap: StackStatus, kind: str):
+        ready = (a for a in snap.actors if a.kind == kind and a.state == "ready")
+        return self.rng.choice(sorted(ready, key=lambda a: a.instance))
+
+    async def pause_actor(self, actor) -> None:
+        """Freeze `actor` until the supervisor says it is unresponsive and its messages' ack
+        wait has passed, then thaw it and see the supervisor say it beats again."""
+        def said(event: str) -> bool:
+            return supervisor_said(self.run_dir, event, actor.instance, actor.pid)
+
+        os.kill(actor.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        try:
+            await until(lambda: said("actor.unresponsive"), 60,
+                        f"actor.unresponsive for the frozen {actor.instance} (pid {actor.pid})")
+            left_s = max(0.0, began + PAUSE_S - time.monotonic())
+            await anyio.sleep(left_s)  # staging: frozen past the ack wait too
+        finally:
+            os.kill(actor.pid, signal.SIGCONT)
+        self.paused.append((actor.kind, actor.pid))
+        await until(lambda: said("actor.responsive"), 60,
+                    f"actor.responsive for the thawed {actor.instance} (pid {actor.pid})")
+
+    async def pause_server(self) -> None:
+        """Freeze the server past the ack wait and the clients' ping limit, then thaw it; the
+        supervisor's connection says it went and came back."""
+        pid, began = self.server.proc.pid, time.time()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await anyio.sleep(SERVER_PAUSE_S)  # staging: a server frozen, not gone
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.last_server_start = time.time()
+        self.paused.append(("nats", pid))
+
+        def reconnected() -> bool:
+            seen = [e["event"] for e in events(self.run_dir, "supervisor") if e["ts"] >= began
+                    and e["event"] in ("bus.disconnected", "bus.reconnected")]
+            return ("bus.disconnected" in seen
+                    and "bus.reconnected" in seen[seen.index("bus.disconnected"):])
+        await until(reconnected, 60, "bus.disconnected then bus.reconnected after the server froze")
 
     async def learner_between_checkpoints(self) -> None:
         def unsaved() -> bool:
@@ -182,15 +253,26 @@ class Chaos:
 
 
 async def drained(bus, run_dir) -> bool:
-    """Nothing waits in the work queues, and the learner has consumed every verdict stored
-    (it acks the last ones when it saves its checkpoint at the stop)."""
+    """Nothing waits in the work queues, the learner has consumed every train verdict stored
+    (it acks the last ones when it saves its checkpoint at the stop), and the evaluator has
+    reported the last round it started."""
     states = {s.name: s for s in await bus.stream_states(
         [*WORK_STREAMS, subjects.STREAM_VERDICTS])}
     verdicts = states[subjects.STREAM_VERDICTS]
-    consumed = {vid for vid, _ in learner_record(events(run_dir, "learner-1")).fates()}
-    return (all(states[s].messages == 0 for s in WORK_STREAMS if s in states)
+    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
+    if not (all(states[s].messages == 0 for s in WORK_STREAMS if s in states)
             and verdicts.consumers[subjects.CONSUMER_LEARNER.durable]["pending"] == 0
-            and len(consumed) >= verdicts.messages)
+            and state is not None and state.last_reported == state.last_round
+            and all(verdicts.consumers[spec.durable]["pending"] == 0
+                    and verdicts.consumers[spec.durable]["in_flight"] == 0 for spec in WATCHERS)):
+        return False
+    consumed = {vid for vid, _ in learner_record(events(run_dir, "learner-1")).fates()}
+    return len(consumed) >= len(await stored_verdicts(bus, "train"))
+
+
+async def stored_verdicts(bus, purpose: str) -> list[Verdict]:
+    return [v async for _, v, _ in bus.replay(
+        subjects.STREAM_VERDICTS, subjects.verdict_subject(purpose), Verdict, follow=False)]
 
 
 async def drain_and_stop(bus, stack) -> None:
@@ -219,10 +301,12 @@ def fates_with_reasons(record: LearnerRecord, verdicts: dict[str, Verdict]) -> d
 
 
 async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_server):
-    """Twelve kill -9s (each actor kind, the server three times) during a run; afterwards every
-    admitted attempt has exactly one verdict and exactly one fate in the surviving learner
-    updates (trained, or left out with a reason), none trained twice, and the queues drain."""
-    stack = make_stack(CONFIG)
+    """Ten kill -9s (each of the seven kinds, the learner and the server twice) and two freezes
+    (an actor, the server) during a run; afterwards every admitted attempt has exactly one
+    verdict and exactly one fate in the surviving learner updates (trained, or left out with a
+    reason), none trained twice, every verdict one trial record, every round started one
+    report, and the queues drain."""
+    stack = make_stack(CONFIG, f"ack_wait_s = {ACK_WAIT_S}\nrequest_timeout_s = 2.0")
     await anyio.to_thread.run_sync(stack.start)
     chaos = Chaos(bus, nats_server, stack.run_dir)
     began = time.monotonic()
@@ -231,11 +315,14 @@ async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_s
     await drain_and_stop(bus, stack)
 
     kills = Counter(kind for kind, _ in chaos.killed)
-    assert sum(kills.values()) >= 10 * ROUNDS and set(kills) == {*KINDS, "nats"}, kills
-    assert recovered, "after the last kill every actor is back, reconnected, and work flows"
+    pauses = Counter(kind for kind, _ in chaos.paused)
+    assert sum(kills.values()) == 10 * ROUNDS and set(kills) == {*KINDS, "nats"}, kills
+    assert sum(pauses.values()) == 2 * ROUNDS and "nats" in pauses, pauses
+    assert recovered, "after the last fault every actor is back, reconnected, and work flows"
     outcome = await reconcile(bus, stack)
+    rounds = await reconcile_rounds(bus, stack.run_dir)
     print(f"chaos seed {SEED}, replicas {REPLICAS}, {chaos_s:.0f} s, kills {dict(kills)}, "
-          f"{outcome}")
+          f"pauses {dict(pauses)}, {outcome}, {rounds}")
 
 
 async def reconcile(bus, stack) -> str:
@@ -243,8 +330,7 @@ async def reconcile(bus, stack) -> str:
     fate in the surviving learner updates (trained, or left out with a reason), none is
     trained twice, and nothing is left queued, dead-lettered or unacked. Returns a summary."""
     admitted = await admitted_by_sampler(bus, stack.run_dir)
-    stored = [v async for _, v, _ in bus.replay(
-        subjects.STREAM_VERDICTS, subjects.verdict_subject("train"), Verdict, follow=False)]
+    stored = await stored_verdicts(bus, "train")
     assert repeated(v.verdict_id for v in stored) == {}, "an attempt has two verdicts"
     assert all(v.verdict_id == v.attempt.attempt_id for v in stored)
     verdicts = {v.verdict_id: v for v in stored}
@@ -269,7 +355,34 @@ async def reconcile(bus, stack) -> str:
     assert states[subjects.STREAM_DLQ].messages == 0, "work was dead-lettered"
     learner = states[subjects.STREAM_VERDICTS].consumers[subjects.CONSUMER_LEARNER.durable]
     assert (learner["pending"], learner["in_flight"]) == (0, 0), "verdicts left unacked"
-    return (f"admitted {len(admitted)}, "
-            f"trained {len(trained)}, dropped {dict(Counter(dropped.values()))}, "
+    return (f"admitted {len(admitted)} = trained {len(trained)} + left out {len(dropped)} "
+            f"{dict(Counter(dropped.values()))}, "
             f"learner steps {len(record.steps)} (+{record.lost_steps} lost and redone), "
             f"restarts resumed from a checkpoint {len(record.resumes)}")
+
+
+async def reconcile_rounds(bus, run_dir) -> str:
+    """Every round the evaluator started is reported exactly once, complete (a restarted
+    evaluator reads back what its open round had counted); its state says so; the monitor
+    recorded every verdict as exactly one trial and left none unacked. Returns a summary."""
+    ev = events(run_dir, "evaluator-1")
+    started = {e["fields"]["version"] for e in ev if e["event"] == "evaluator.round_started"}
+    reports = [e["fields"] for e in ev if e["event"] == "evaluator.evaluated"]
+    assert repeated((r["round"], r["version"]) for r in reports) == {}, "a round reported twice"
+    assert {r["round"] for r in reports} == started and len(started) >= 2, (started, reports)
+    assert all(r["complete"] for r in reports), [r for r in reports if not r["complete"]]
+    state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
+    assert state.last_round == state.last_reported == max(started), state
+
+    evals = await stored_verdicts(bus, "eval")
+    assert repeated(v.verdict_id for v in evals) == {}, "an eval attempt has two verdicts"
+    states = {s.name: s for s in await bus.stream_states(
+        [subjects.STREAM_VERDICTS, subjects.STREAM_TRIALS])}
+    consumers = states[subjects.STREAM_VERDICTS].consumers
+    for spec in WATCHERS:
+        counts = consumers[spec.durable]
+        assert (counts["pending"], counts["in_flight"]) == (0, 0), spec
+    trials = states[subjects.STREAM_TRIALS].messages
+    assert trials == states[subjects.STREAM_VERDICTS].messages, (trials, "trials for verdicts")
+    return (f"rounds {len(started)} started = {len({r['round'] for r in reports})} reported "
+            f"({len(evals)} eval verdicts), trials {trials}")

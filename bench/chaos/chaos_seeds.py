@@ -2,9 +2,11 @@
 
 Usage: `PYTHONPATH=. .venv/bin/python bench/chaos/chaos_seeds.py [--seeds 1-10] [--replicas 1,2]
 [--rounds 1] [--out bench/chaos/results/chaos_seeds.txt]`. Replicas alternate over the seeds.
-Each run's summary line (kills, admitted, trained, left out, steps) or its failure goes to
-the output file and to stdout; each run's whole pytest output is kept beside the output
-file (`<out>.d/seed<N>.log`). A benchmark, not a test: about 2-4 minutes a run here.
+Each run's summary line or its failure goes to the output file and to stdout: kills by kind
+(all seven actor kinds and the server), pauses by kind (SIGSTOP of one actor and of the
+server), `admitted N = trained T + left out L` with the reasons, learner steps, rounds
+started and reported, trials. Each run's whole pytest output is kept beside the output file
+(`<out>.d/seed<N>.log`). A benchmark, not a test: about 2-4 minutes a run here.
 """
 
 from __future__ import annotations

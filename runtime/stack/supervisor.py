@@ -9,6 +9,7 @@ heartbeat's `ready_at`) makes its kind failing: an `actor.crash_looped` error wi
 crash's last exception line, an `ActorFailure` in KV whet-run and in the run directory
 (`failure.json`, for `whet status` once the stack is gone), and a stop of the stack.
 Scaling down sends SIGTERM to the newest instances, which drain or give back their work.
+A running process that stops beating is told about (`runtime.stack.liveness`), not killed.
 
 It does no domain work and never touches messages other than scale targets.
 """
@@ -35,6 +36,7 @@ from bus.messages import ActorFailure, Heartbeat, ScaleTarget
 from bus.nats_bus import Bus
 from runtime.config import RunConfig
 from runtime.stack import crash_cause
+from runtime.stack.liveness import Liveness
 from runtime.stack.rundir import RunDir
 
 log = structlog.get_logger("runtime.stack.supervisor")
@@ -82,6 +84,7 @@ class Supervisor:
             for kind, count in desired.items():
                 self.scale(kind, count)
             tg.start_soon(self._follow_scale_targets)
+            tg.start_soon(self._watch_liveness)
             task_status.started()
             await self.bus.stopping.wait()
             log.info("supervisor.stopping")
@@ -118,6 +121,26 @@ class Supervisor:
         async for target in self.bus.kv_watch(subjects.BUCKET_RUN, "scale.*", ScaleTarget):
             if self.counts().get(target.kind, 0) != target.count:
                 self.scale(target.kind, target.count)
+
+    async def _watch_liveness(self) -> None:
+        """Look at the heartbeats once a beat: `actor.unresponsive` for a running process
+        silent for three beats while the bus answers, `actor.responsive` when it beats again."""
+        interval = self.cfg.supervisor.heartbeat_s
+        liveness, answering_since = Liveness(), time.time()
+        while True:
+            await anyio.sleep(interval)
+            try:
+                with anyio.fail_after(2 * interval):
+                    beats = await self.bus.kv_items(subjects.BUCKET_ACTORS, Heartbeat)
+            except Exception:  # noqa: BLE001 - an outage: nobody can beat; look again later
+                answering_since = 0.0
+                continue
+            now = time.time()
+            answering_since = answering_since or now
+            running = {s.instance: s.proc.pid for slots in self.slots.values() for s in slots
+                       if s.proc is not None and s.proc.returncode is None}
+            for event, fields in liveness.look(running, beats.values(), now, answering_since):
+                (log.warning if event == "actor.unresponsive" else log.info)(event, **fields)
 
     def _command(self, slot: Slot) -> list[str]:
         return [sys.executable, "-m", "runtime.stack.actor", "--kind", slot.kind,

@@ -9,7 +9,8 @@ and the verdicts of the verdict stream; produces the fate of every attempt:
   survived. A learner killed after step n resumes from its last checkpoint k <= n, so its
   steps k+1..n were lost (their verdicts are redelivered and consumed again); the surviving
   lineage is every incarnation's steps up to the step the next one resumed from, plus all
-  steps of the last one. Late group members (`learner.late_member_dropped`) are final too.
+  steps of the last one. Late group members (`learner.late_member_dropped`) are final too;
+- frozen and thawed: the supervisor's `actor.unresponsive` and `actor.responsive`.
 
 It decides nothing about the system under test; the test asserts on what it returns.
 """
@@ -90,3 +91,9 @@ def learner_record(learner_events: list[dict]) -> LearnerRecord:
 def repeated(ids) -> dict[str, int]:
     """Ids seen more than once, with their counts."""
     return {i: n for i, n in Counter(ids).items() if n > 1}
+
+
+def supervisor_said(run_dir: Path, event: str, instance: str, pid: int) -> bool:
+    """Whether the supervisor logged `event` for process `pid` of `instance`."""
+    return any(e["event"] == event and e["fields"].get("child") == instance
+               and e["fields"].get("pid") == pid for e in events(run_dir, "supervisor"))
