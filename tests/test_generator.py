@@ -320,3 +320,24 @@ async def test_the_final_round_gets_every_core_once_the_learner_is_done(bus):
     assert raised_early == []
     [raised] = [e for e in logs if e["event"] == "generator.threads_raised"]
     assert raised["threads"] == len(os.sched_getaffinity(0))
+
+
+@pytest.mark.bus
+async def test_a_follower_started_after_a_rounds_version_pins_it_by_its_object(bus):
+    """Versions 1 and 2 are announced before the follower starts (a generator restarted
+    mid-round sees only the newest): pinning version 1 for a round fetches version 1's own
+    object at once, not after waiting for an announcement that will never come."""
+    from policy.fake_engine import FakeEngine
+    from policy.follower import WeightFollower
+
+    await publish_weights(bus, 1, b"one-" * 10, step=1, samples=4)
+    await publish_weights(bus, 2, b"two-two-" * 10, step=2, samples=8)
+    engine = FakeEngine(GeneratorConfig(), seed=0)
+    follower = WeightFollower(bus, engine)
+    async with anyio.create_task_group() as tg:
+        await tg.start(follower.run)
+        assert (engine.version, engine.weight_bytes) == (2, 80)
+        with anyio.fail_after(10):  # far below the round's weights wait
+            await follower.pin_round(1, "", timeout_s=300)
+        assert 1 in engine.pinned_versions and engine.pinned_bytes == 40
+        tg.cancel_scope.cancel()

@@ -1,0 +1,80 @@
+"""The cluster override and the learner-ranks profile brought up for real: the compose stack
+on three routed NATS nodes with the learner as two ranks in two containers trains, a node
+is killed and started again while it trains, and `down` removes it all.
+
+Same engine and images as tests/test_compose.py (cached by content hash); the config is
+configs/compose-cluster-ranks.toml. The stack is torn down with its volumes afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from bench.compose import project as cs
+from bus import subjects
+from policy.versions import current_version
+from tests.conftest import until
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
+NODES = ["nats", "nats-2", "nats-3"]
+ACTORS = ["sampler", "generator", "judge", "executor", "learner", "learner_rank", "evaluator",
+          "monitor"]
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A compose project of the cluster override and the learner-ranks profile; taken down
+    (volumes too) after the test."""
+    error = cs.start_engine()
+    if error:
+        if os.environ.get("CI"):
+            pytest.fail(f"the Docker engine must start in CI:\n{error}")
+        pytest.skip(f"no Docker engine can start on this machine:\n{error}")
+    built = cs.build_images()
+    assert built.returncode == 0, built.stdout + built.stderr
+    project = cs.Project.create(tmp_path / "secrets")
+    project.env.update({
+        "COMPOSE_FILE": "docker-compose.yml:docker-compose.cluster.yml",
+        "COMPOSE_PROFILES": "learner-ranks", "WHET_CONFIG": "compose-cluster-ranks.toml",
+        "WHET_NATS_PORT_2": str(cs.free_port()), "WHET_NATS_PORT_3": str(cs.free_port())})
+    yield project
+    subprocess.run(["docker", "compose", "down", "--volumes", "--timeout", "5"], cwd=cs.ROOT,
+                   env=project.env, capture_output=True, timeout=180)
+
+
+async def test_cluster_with_two_learner_ranks_trains_through_a_node_kill(cluster):
+    """up: three nodes and every actor healthy, rank 1 in its own container; two trained
+    versions; `nats-2` killed, a trained version more while it is down, started again;
+    streams hold 3 replicas; `down` leaves no container."""
+    await cluster.compose("up", "-d", timeout_s=400)
+    await cluster.wait_healthy(NODES + ACTORS, timeout_s=400)
+    status = cluster.whet("status", "--json")
+    assert status.returncode == 0, status.stderr
+    ready = {a["kind"] for a in json.loads(status.stdout)["actors"] if a["state"] == "ready"}
+    assert ready >= set(ACTORS), ready
+
+    bus = await cluster.bus()
+    try:
+        async def trained(at_least: int) -> bool:
+            v = await current_version(bus)
+            return v is not None and v.version >= at_least and v.object_name != ""
+
+        await until(lambda: trained(2), 400, "two trained versions from the two ranks")
+        [state] = await bus.stream_states([subjects.STREAM_VERDICTS])
+        info = await bus.js.stream_info(state.name)
+        assert info.config.num_replicas == 3, info.config
+        before = (await current_version(bus)).version
+        await cluster.compose("kill", "nats-2", timeout_s=60)
+        await until(lambda: trained(before + 1), 400, "a trained version with nats-2 down")
+        await cluster.compose("start", "nats-2", timeout_s=60)
+        await cluster.wait_healthy(NODES, timeout_s=120)
+    finally:
+        await bus.close()
+    logs = await cluster.compose("logs", "--no-color", "learner_rank", check=False)
+    assert "learner.rank_seated" in logs, logs[-3000:]
+    await cluster.compose("down", timeout_s=180)
+    assert await cluster.containers() == []
