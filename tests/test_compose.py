@@ -22,6 +22,7 @@ import pytest
 
 from bench.compose import project as cs
 from tests.conftest import until
+from tests.support.compose_engine import engine_with_images
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 SERVICES = ["nats", "sampler", "generator", "judge", "executor", "learner", "evaluator", "monitor"]
@@ -31,15 +32,7 @@ SERVICES = ["nats", "sampler", "generator", "judge", "executor", "learner", "eva
 def project(tmp_path_factory):
     """A compose project on a running engine with the images built; taken down (volumes
     too) after the test."""
-    error = cs.start_engine()
-    if error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Docker engine must start in CI:\n{error}")
-        pytest.skip(f"no Docker engine can start on this machine:\n{error}")
-    missing = cs.compose_missing()
-    assert not missing, missing
-    built = cs.build_images()
-    assert built.returncode == 0, built.stdout + built.stderr
+    built = engine_with_images()
     project = cs.Project.create(tmp_path_factory.mktemp("compose") / "secrets")
     project.images = _image_lines(built.stdout)
     yield project

@@ -12,7 +12,6 @@ down with its volumes afterwards.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -21,6 +20,7 @@ from bench.compose import project as cs
 from bus import subjects
 from policy.versions import current_version
 from tests.conftest import until
+from tests.support.compose_engine import engine_with_images
 from tests.test_learner_crash import synthetic_verdicts
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
@@ -33,13 +33,7 @@ ACTORS = ["sampler", "generator", "judge", "executor", "learner", "learner_rank"
 def cluster(tmp_path):
     """A compose project of the cluster override and the learner-ranks profile; taken down
     (volumes too) after the test."""
-    error = cs.start_engine()
-    if error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Docker engine must start in CI:\n{error}")
-        pytest.skip(f"no Docker engine can start on this machine:\n{error}")
-    built = cs.build_images()
-    assert built.returncode == 0, built.stdout + built.stderr
+    engine_with_images()
     project = cs.Project.create(tmp_path / "secrets")
     project.env.update({
         "COMPOSE_FILE": "docker-compose.yml:docker-compose.cluster.yml",

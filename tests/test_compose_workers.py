@@ -21,6 +21,7 @@ import pytest
 
 from bench.compose import project as cs
 from tests.conftest import until
+from tests.support.compose_engine import engine_with_images
 from tests.test_compose import _assert_once_and_passed
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
@@ -31,15 +32,7 @@ WORKERS = ["executor", "judge"]
 def hosts(tmp_path):
     """The first host's project (NATS published on every address) and a worker host's;
     both taken down (volumes too) after the test."""
-    error = cs.start_engine()
-    if error:
-        if os.environ.get("CI"):
-            pytest.fail(f"the Docker engine must start in CI:\n{error}")
-        pytest.skip(f"no Docker engine can start on this machine:\n{error}")
-    missing = cs.compose_missing()
-    assert not missing, missing
-    built = cs.build_images(names=("nats", "slim"))  # no ml image: no generator here
-    assert built.returncode == 0, built.stdout + built.stderr
+    built = engine_with_images(names=("nats", "slim"))  # no ml image: no generator here
     first = cs.Project.create(tmp_path / "secrets", tls=True)
     pinned = cs.pin_images(built.stdout, first.name, first.env)
     first.env.update(WHET_NATS_BIND="0.0.0.0", WHET_IMAGE_TAG=first.name)
