@@ -19,7 +19,7 @@ import pytest
 from bench.compose import project as cs
 from bus import subjects
 from policy.versions import current_version
-from tests.conftest import until
+from tests.conftest import patiently, until
 from tests.support.compose_engine import engine_with_images
 from tests.test_learner_crash import synthetic_verdicts
 
@@ -59,8 +59,7 @@ async def test_cluster_with_two_learner_ranks_trains_through_a_node_kill(cluster
     try:
         first = await trained_version(bus, "a", "")
         second = await trained_version(bus, "b", first.object_name)
-        [state] = await bus.stream_states([subjects.STREAM_VERDICTS])
-        info = await bus.js.stream_info(state.name)
+        info = await patiently(lambda: bus.js.stream_info(subjects.STREAM_VERDICTS))
         assert info.config.num_replicas == 3, info.config
         await cluster.compose("kill", "nats-2", timeout_s=60)
         await trained_version(bus, "c", second.object_name)
@@ -76,18 +75,21 @@ async def test_cluster_with_two_learner_ranks_trains_through_a_node_kill(cluster
 
 async def trained_version(bus, tag: str, after: str, tries: int = 3):
     """The first version trained after the one stored as `after`: four groups with signal
-    at the current version go to the verdict stream, again if none is trained within 90 s."""
+    at the current version go to the verdict stream, again if none is trained within 90 s.
+    Bus calls are retried (`patiently`): a replicated stream or bucket answers only once it
+    has a leader, after `up` and again after a node is killed."""
+    found = None
     for attempt in range(tries):
-        now = await current_version(bus)
-        batch = synthetic_verdicts(4, now.version, (1.0, 0.0), prefix=f"{tag}{attempt}-")
-        await bus.publish_many(subjects.verdict_subject("train"),
-                               [(v.verdict_id, v) for v in batch])
-        found = None
+        now = await patiently(lambda: current_version(bus))
+        batch = synthetic_verdicts(4, now.version if now else 0, (1.0, 0.0),
+                                   prefix=f"{tag}{attempt}-")
+        await patiently(lambda: bus.publish_many(subjects.verdict_subject("train"),
+                                                 [(v.verdict_id, v) for v in batch]))
 
         async def trained() -> bool:
             nonlocal found
-            found = await current_version(bus)
-            return found.object_name not in ("", after)
+            found = await patiently(lambda: current_version(bus))
+            return found is not None and found.object_name not in ("", after)
 
         try:
             await until(trained, 90, "a trained version")
