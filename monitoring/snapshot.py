@@ -23,7 +23,7 @@ def throughput(beats: list[Heartbeat], now: float) -> dict[str, float]:
     for name, (kind, gauge, combine) in gauges.THROUGHPUT.items():
         values = [b.stats[gauge] for b in beats
                   if b.kind == kind and b.state == "ready" and gauge in b.stats
-                  and now - b.beat_at <= 3 * b.interval_s]
+                  and now - b.beat_at <= b.silence_limit_s]
         if values:
             out[name] = sum(values) if combine == "sum" else sum(values) / len(values)
     return out

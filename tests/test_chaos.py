@@ -31,7 +31,7 @@ from bus import subjects
 from bus.messages import EvaluatorState, SamplerState, Verdict
 from runtime.broker.embedded import alive
 from runtime.cli.stack_status import StackStatus, gather
-from runtime.stack.liveness import MISSED_BEATS
+from bus.messages.control import MISSED_BEATS
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
                                  repeated, supervisor_said)
 from tests.conftest import patiently, until

@@ -156,6 +156,10 @@ class LearnerRankClaim(Message, tag="whet.learner_rank.v1"):
     "Actor kind of the rank (with `instance`, the key of its heartbeats)."
 
 
+MISSED_BEATS = 3
+"Beats a process may miss before it counts as dead (`Heartbeat.silence_limit_s`)."
+
+
 class Heartbeat(Message, tag="whet.heartbeat.v1"):
     """Every actor to the registry (KV), every few seconds."""
 
@@ -186,6 +190,12 @@ class Heartbeat(Message, tag="whet.heartbeat.v1"):
     ready_at: float = 0.0
     """Unix time this process became ready (its `run` signalled it started); 0 until then.
     The supervisor tells a crash before readiness (a crash loop) from one after by it."""
+
+    @property
+    def silence_limit_s(self) -> float:
+        """Seconds without a beat after which this process counts as dead: `whet status`,
+        the live line and the supervisor's `actor.unresponsive` all use this one rule."""
+        return MISSED_BEATS * self.interval_s
 
 
 class ActorFailure(Message, tag="whet.actor_failure.v1"):

@@ -91,7 +91,7 @@ def actor_row(beat: Heartbeat, now: float) -> ActorRow:
     """One registry entry as a row; marks it dead when its beats have stopped."""
     age = now - beat.beat_at
     state = beat.state
-    if state != "stopped" and age > 3 * beat.interval_s:
+    if state != "stopped" and age > beat.silence_limit_s:
         state = "dead"
     uptime = max(beat.beat_at - beat.started_at, 1e-9)
     return ActorRow(kind=beat.kind, instance=beat.instance, pid=beat.pid, state=state,

@@ -43,7 +43,7 @@ def _tail(path: Path, offset: int = 0) -> list[str]:
 def last_line(text: str) -> str:
     """The last non-empty line of `text` (a traceback's exception line, the innermost one of
     an exception group), stripped."""
-    lines = [unboxed(line).strip() for line in text.splitlines() if unboxed(line).strip()]
+    lines = [line for line in (unboxed(raw).strip() for raw in text.splitlines()) if line]
     return lines[-1] if lines else ""
 
 
@@ -65,7 +65,7 @@ def from_event_log(path: Path, since: float) -> str:
 def from_output(path: Path, offset: int = 0) -> str:
     """The exception line of the last Python traceback written to `path` past `offset`;
     else its last line that is not a JSON log record (`sys.exit("why")`); else ''."""
-    lines = [unboxed(line) for line in _tail(path, offset) if unboxed(line).strip()]
+    lines = [line for line in map(unboxed, _tail(path, offset)) if line.strip()]
     starts = [i for i, line in enumerate(lines)
               if line.startswith(("Traceback (most recent call last)",
                                   "Exception Group Traceback (most recent call last)"))]

@@ -51,7 +51,7 @@ class Counts:
 
 def live(beats: list[Heartbeat], now: float) -> list[Heartbeat]:
     """Beats of processes that are up: not stopped, and beating within three intervals."""
-    return [b for b in beats if b.state != "stopped" and now - b.beat_at <= 3 * b.interval_s]
+    return [b for b in beats if b.state != "stopped" and now - b.beat_at <= b.silence_limit_s]
 
 
 def counts(beats: list[Heartbeat], cfg: RunConfig) -> Counts:

@@ -2,7 +2,8 @@
 
 Consumes the heartbeats (KV whet-actors) and the supervisor's running processes; produces
 one `actor.unresponsive` warning (instance, pid, seconds since its last beat) when a process
-that has beaten under its own pid misses `MISSED_BEATS` beats while the bus answers, and one
+that has beaten under its own pid stays silent past `Heartbeat.silence_limit_s` (the rule
+`whet status` marks a process dead by) while the bus answers, and one
 `actor.responsive` when it beats again. It kills and restarts nothing: a paused (SIGSTOP) or
 stuck process is told about, not punished; a process that exits is the supervisor's.
 """
@@ -13,10 +14,6 @@ from dataclasses import dataclass, field
 from typing import Iterable
 
 from bus.messages import Heartbeat
-
-MISSED_BEATS = 3
-"Beats missed before a process counts as unresponsive (`whet status` shows it dead then)."
-
 
 @dataclass
 class Liveness:
@@ -38,7 +35,7 @@ class Liveness:
             beat = by_instance.get(instance)
             if beat is None or beat.pid != pid or beat.state == "stopped":
                 continue  # not beating yet under this pid
-            limit = MISSED_BEATS * beat.interval_s
+            limit = beat.silence_limit_s
             quiet_s = now - max(beat.beat_at, answering_since)
             if instance in self.silent:
                 last = self.silent[instance][1]
