@@ -55,6 +55,9 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "div_constant": {"learner": {"loss_divisor": "constant"}},
     "uniform": {"sampler": {"out_of_band_weight": 1.0}},
     "trunc_fail": {"judge": {"truncated": "fail"}},
+    # generator-versus-learner mismatch: both in float32 (KL 0 at identical weights,
+    # results/mismatch.json) against the default's bf16 on both sides (KL 0.002)
+    "fp32": {"learner": {"precision": "fp32"}, "generator": {"dtype": "float32"}},
     # issue 24: LoRA rank 16 against full fine-tuning at equal steps, two learning rates
     # (LoRA's best rate is commonly about 10x full fine-tuning's: 3e-5 here)
     "lora_lr3e-4": {"learner": {"lora": {"rank": 16}, "lr": 3e-4}},
