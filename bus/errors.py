@@ -24,7 +24,8 @@ class WhetError(Exception):
         │   ├── ObjectMissing        no object of that name (never stored, or pruned)
         │   └── ObjectCorrupt        a stored object's checksum does not match
         ├── RunError             a run directory or stack is missing or in the wrong state
-        │   └── ActorFailed          a kind crashed again and again before it was ready
+        │   ├── ActorFailed          a kind crashed again and again before it was ready
+        │   └── StackStopped         the supervisor stopped on an error (its last line)
         ├── InputError           a user-supplied file (tasks, attempts) has a bad record
         ├── SandboxUnavailable   this machine lacks what a sandbox backend needs (a tool, a tree)
         └── EndpointError        a model endpoint cannot be reached or gave no usable answer"""
@@ -91,6 +92,13 @@ class RunError(WhetError):
 class ActorFailed(RunError):
     """An actor kind crashed `supervisor.crash_loop_limit` times in a row before it was
     ready, so the stack stopped; the message names the kind, the cause and its log."""
+
+    exit_code = 1
+
+
+class StackStopped(RunError):
+    """The stack's supervisor stopped on an error that was not whetstone's own; the message
+    is the exception's last line and where its traceback is."""
 
     exit_code = 1
 

@@ -5,7 +5,8 @@ disk was full (ENOSPC anywhere in the exception's chain, or a write failure whil
 folder's filesystem has less free than the checkpoint needs: torch's writer loses the errno
 and says 'basic_ios::clear: iostream error' or 'unexpected pos'),
 and waits until the filesystem has that room again; `save_with_room` does both around the
-learner's checkpoint. It decides nothing about what to keep.
+learner's checkpoint, for one rank or several (`Trainer.save` makes several agree on the
+outcome). It decides nothing about what to keep.
 """
 
 from __future__ import annotations
@@ -60,9 +61,10 @@ async def save_with_room(ranks, tag: str, client_state: dict, last_bytes: int, g
     """Write checkpoint `tag` through `ranks` (a `policy.ranks.RankGroup`); on a full disk
     remove what it half wrote, say so once (`learner.disk_full`, gauge `learner.disk_full`
     1), wait for room and write it again (`learner.disk_room_back`). The caller's verdicts
-    stay unacked meanwhile: nothing is lost, nothing trains while it waits. One rank only:
-    with several, the failure is raised. Returns the checkpoint's bytes (`last_bytes`: the
-    previous one's, the room a next one needs)."""
+    stay unacked meanwhile: nothing is lost, nothing trains while it waits. With several
+    ranks, rank 0 raises a full disk that any rank met (`Trainer.save` makes them agree),
+    and every rank discards and writes again. Returns the checkpoint's bytes (`last_bytes`:
+    the previous one's, the room a next one needs)."""
     folder, paused = ranks.dir, 0.0
     while True:
         try:
@@ -70,7 +72,7 @@ async def save_with_room(ranks, tag: str, client_state: dict, last_bytes: int, g
             break
         except Exception as exc:  # noqa: BLE001 - only a full disk is waited out
             needed = max(last_bytes, 2 * folder_bytes(folder / tag), MIN_ROOM)
-            if ranks.world > 1 or not is_disk_full(exc, folder, needed):
+            if not is_disk_full(exc, folder, needed):
                 raise
             await ranks.call("discard", tag)
             if not paused:

@@ -14,6 +14,7 @@ It knows nothing of the bus, groups or versions.
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
 import os
 import shutil
@@ -22,9 +23,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import structlog
+
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
 from policy.config import LearnerConfig, TrainerConfig
 from policy.precision import training_precision, weights_dtype
+
+log = structlog.get_logger("learner")
 
 
 def ds_config(lc: LearnerConfig, world: int) -> dict:
@@ -306,9 +311,17 @@ class Trainer:
         `policy.checkpoint.LearnerState.to_client()`); keep the newest few."""
         self._bind()
         # DeepSpeed would write `latest` before every rank is done; it returns after a barrier.
-        self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,
-                                    save_latest=False,
-                                    exclude_frozen_parameters=self.lc.lora is not None)
+        try:
+            self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,
+                                        save_latest=False,
+                                        exclude_frozen_parameters=self.lc.lora is not None)
+            failure = None
+        except Exception as exc:  # noqa: BLE001 - the ranks must agree first (`_agree_on_save`)
+            if self.world == 1:
+                raise
+            failure = exc
+        if self.world > 1 and not self._agree_on_save(tag, failure):
+            return
         if self.rank == 0:
             partial = self.dir / "latest.partial"
             partial.write_text(tag)
@@ -318,6 +331,34 @@ class Trainer:
             # One more here: rank 0 may die before `latest` names this tag, and then resumes
             # from the one before.
             self._prune(tag, self.lc.keep_checkpoints + 1)
+
+    def _agree_on_save(self, tag: str, failure: Exception | None) -> bool:
+        """Whether every rank wrote its part of checkpoint `tag`. A rank whose write failed
+        meets the others at the barrier that ends their save, then all share the worst
+        outcome (0 written, 1 a full disk, 2 another error): rank 0 raises it (its own
+        exception, or ENOSPC for another rank's full disk), the others return False and wait
+        for rank 0's next operation (a `discard`), so the ranks stay in step."""
+        import deepspeed.comm as dist
+        import torch
+
+        from policy.disk import is_disk_full
+
+        if failure is not None:
+            dist.barrier()  # the one that ends save_checkpoint on the ranks whose write worked
+        code = 0 if failure is None else 1 if is_disk_full(failure, self.dir, 0) else 2
+        worst = torch.tensor([code], dtype=torch.int64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        if not worst.item():
+            return True
+        if self.rank != 0:
+            log.warning("learner.rank_save_failed", rank=self.rank, tag=tag,
+                        error=str(failure).splitlines()[0][:300] if failure else "")
+            return False
+        if failure is not None:
+            raise failure
+        if worst.item() == 1:
+            raise OSError(errno.ENOSPC, f"another rank found the disk full writing checkpoint {tag}")
+        raise RuntimeError(f"another rank failed to write checkpoint {tag} (see its log)")
 
     def discard(self, tag: str) -> None:
         """Remove checkpoint `tag` as far as it was written (a save that failed midway)."""

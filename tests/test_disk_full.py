@@ -97,3 +97,62 @@ async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus
     assert "learner.disk_room_back" in names
     assert names.index("learner.disk_full") < names.index("learner.disk_room_back")
     assert "learner.crashed" not in names and "actor.crashed" not in names
+
+
+@pytest.mark.bus
+async def test_a_full_disk_pauses_a_two_rank_checkpoint_until_room_returns(bus, nats_server, tmp_path):
+    """world_size 2 (a child rank process), ZeRO-2, checkpoints on a 4 MB filesystem: the
+    ranks' failed writes meet at DeepSpeed's closing barrier and agree; the learner says
+    `learner.disk_full` once and keeps the step's 4 verdicts unacked; after the remount at
+    256 MB both shards are written, every verdict is acked, and the step was trained once
+    (4 samples). (It raised out of the learner with several ranks before.)"""
+    import subprocess
+
+    import anyio
+    import msgspec
+    from structlog.testing import capture_logs
+
+    from actors import learner
+    from bus import subjects
+    from tests.conftest import until
+    from tests.test_learner import second_bus, tiny_run_config
+    from tests.test_learner_crash import synthetic_verdicts
+
+    ckpt = tmp_path / "ckpt"
+    _mount_tmpfs(ckpt, "4m")
+    cfg = tiny_run_config(tmp_path, batch_size=4, group_size=2)
+    cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
+        cfg.learner, world_size=2, zero_stage=2, micro_batch_size=1))
+    learn_bus = await second_bus(nats_server, "learner")
+
+    async def pending() -> int:
+        info = await bus.js.consumer_info(subjects.STREAM_VERDICTS, subjects.CONSUMER_LEARNER.durable)
+        return info.num_ack_pending
+
+    async def saved_and_acked() -> bool:
+        return (ckpt / "latest").exists() and not await pending()
+
+    try:
+        with capture_logs() as logs:
+            async with anyio.create_task_group() as tg:
+                await tg.start(learner.run, learn_bus, cfg)
+                await bus.publish_many(subjects.verdict_subject("train"),
+                                       [(v.verdict_id, v) for v in synthetic_verdicts(2)])
+                await until(lambda: learn_bus.stats.gauges.get("learner.disk_full") == 1.0, 180,
+                            "the learner's disk_full gauge")
+                assert await pending() == 4, "the step's verdicts wait for their checkpoint"
+                assert not (ckpt / "latest").exists()
+                subprocess.run(["mount", "-o", "remount,size=256m", str(ckpt)], check=True)
+                await until(saved_and_acked, 180, "the checkpoint written and every verdict acked")
+                gauges = dict(learn_bus.stats.gauges)
+                learn_bus.stopping.set()
+        shards = sorted(p.name[:19] for p in ckpt.glob("step*/*optim_states.pt"))
+    finally:
+        await learn_bus.close()
+        _unmount(ckpt)
+    names = [e["event"] for e in logs]
+    assert names.count("learner.disk_full") == 1, names
+    assert names.index("learner.disk_full") < names.index("learner.disk_room_back")
+    assert "learner.crashed" not in names and "actor.crashed" not in names
+    assert (gauges["step"], gauges["samples"]) == (1, 4)
+    assert shards == ["bf16_zero_pp_rank_0", "bf16_zero_pp_rank_1"], shards

@@ -8,6 +8,8 @@ Consumes a `RunConfig`; produces `runs/<run_id>/` with
 - `supervisor.pid`        the process `whet down` signals, with its start time and run id
                           (`runtime.stack.pidfile`), so a reused pid is never signalled;
 - `failure.json`          why the run stopped, when a kind's crash loop stopped it;
+- `supervisor.cause`      why the supervisor stopped on an error, one line
+                          (`runtime.stack.stop_cause`);
 - `checkpoints/`          the learner's kept DeepSpeed checkpoints (`[learner] checkpoint_dir`);
 - `model/`                the final policy as a Hugging Face folder, written by the learner
                           when it stops (`policy.export`; `whet export-model` for others);
@@ -56,6 +58,11 @@ class RunDir:
         return self.path / "failure.json"
 
     @property
+    def cause_file(self) -> Path:
+        """One line: why the supervisor stopped on an error (`runtime.stack.stop_cause`)."""
+        return self.path / "supervisor.cause"
+
+    @property
     def nats_dir(self) -> Path:
         return self.path / "nats"
 
@@ -68,6 +75,24 @@ class RunDir:
     def supervisor(self) -> pidfile.Holder:
         """The run's live supervisor (by `supervisor.pid`), or why that file is stale."""
         return pidfile.holder(self.pid_file, self.run_id)
+
+    def remove_live_files(self) -> None:
+        """Remove `supervisor.pid` and `ready`, the files that say the stack runs; never
+        raises (it runs on the way out, perhaps on a full disk)."""
+        for path in (self.pid_file, self.path / "ready"):
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def clear_stale(self) -> str:
+        """Why `supervisor.pid` names no live supervisor of this run (a supervisor killed
+        before it could clean up), once that file and `ready` are removed; '' when it names
+        the live supervisor, or there is none."""
+        stale = self.supervisor().stale
+        if stale:
+            self.remove_live_files()
+        return stale
 
     def supervisor_pid(self) -> int | None:
         """The pid of the run's live supervisor; None when none runs."""

@@ -46,12 +46,13 @@ async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
     try:
         failure = await _serve_on(cfg, run_dir, secrets, server, url)
     finally:
-        with anyio.CancelScope(shield=True):
-            if server is not None:
-                await anyio.to_thread.run_sync(server.stop)
-                log.info("nats.stopped", pids=server.pids)
-            run_dir.pid_file.unlink(missing_ok=True)
-            (run_dir.path / "ready").unlink(missing_ok=True)
+        try:
+            with anyio.CancelScope(shield=True):
+                if server is not None:
+                    await anyio.to_thread.run_sync(server.stop)
+                    log.info("nats.stopped", pids=server.pids)
+        finally:
+            run_dir.remove_live_files()
     if failure is not None:
         raise ActorFailed(failure_line(failure))
 
