@@ -115,15 +115,12 @@ class TorchEngine(BatchingEngine):
         left-padded pass; then all are merged into one left-padded batch for decoding."""
         hits = [self.prefixes.longest(tag, c) if self.prefixes.max_bytes else None
                 for c in contexts]
-        self.prefixes.stats.prefilled_tokens += sum(
-            len(c) - (len(h.ids) if h else 0) for c, h in zip(contexts, hits))
         if not any(hits):
-            return padded_prefill(forward, contexts, self.pad_id, self.device)
+            return self._fresh(forward, model, contexts)
         rows: list[RowState | None] = [None] * len(contexts)
         missed = [r for r, h in enumerate(hits) if h is None]
         if missed:
-            logits, mask, cache = padded_prefill(forward, [contexts[r] for r in missed],
-                                                 self.pad_id, self.device)
+            logits, mask, cache = self._fresh(forward, model, [contexts[r] for r in missed])
             whole = _layers(cache)
             for i, r in enumerate(missed):
                 rows[r] = (logits[i:i + 1], mask[i:i + 1],
@@ -135,9 +132,25 @@ class TorchEngine(BatchingEngine):
         logits, mask, layers = merge_rows(rows)
         return logits, mask, _dynamic_cache(model, layers)
 
+    def _fresh(self, forward: Forward, model: Any,
+               contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, object]:
+        """Contexts with nothing stored, in one left-padded pass; a context several rows share
+        (a group's prompt) is read once and its row repeated."""
+        first: dict[tuple[int, ...], int] = {}
+        index = [first.setdefault(tuple(c), len(first)) for c in contexts]
+        unique = [list(c) for c in first]
+        self.prefixes.stats.prefilled_tokens += sum(map(len, unique))
+        logits, mask, cache = padded_prefill(forward, unique, self.pad_id, self.device)
+        if len(unique) == len(contexts):
+            return logits, mask, cache
+        rows = torch.tensor(index, device=self.device)
+        return logits[rows], mask[rows], _dynamic_cache(
+            model, [(k[rows], v[rows]) for k, v in _layers(cache)])
+
     def _extend(self, forward: Forward, model: Any, layers: Layers, context: list[int],
                 cached: int) -> RowState:
         """One row's prefill from the cache of its first `cached` tokens."""
+        self.prefixes.stats.prefilled_tokens += len(context) - cached
         ids = torch.tensor([context[cached:]], dtype=torch.long, device=self.device)
         mask = torch.ones((1, len(context)), dtype=torch.long, device=self.device)
         positions = torch.arange(cached, len(context), device=self.device)[None]

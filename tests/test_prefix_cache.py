@@ -96,6 +96,22 @@ def test_continuations_from_the_cache_sample_what_a_full_prefill_samples():
 
 
 @pytest.mark.bus
+def test_a_context_several_rows_share_is_prefilled_once():
+    """A group's rows of one prompt beside another prompt: each distinct prompt is prefilled
+    once, and every row samples what the prompt alone samples (greedy, float32)."""
+    engine = engine_of("smollm2-135m", prefix_cache_mb=0)
+    group, other = (engine.chat.prompt_ids("Fix the failing test in this repository."),
+                    engine.chat.prompt_ids("Submit."))
+    alone = engine.run_rows([group], [GREEDY]) + engine.run_rows([other], [GREEDY])
+    before = engine.prefixes.stats.prefilled_tokens
+    together = engine.run_rows([group, other, group, group], [GREEDY] * 4)
+    assert engine.prefixes.stats.prefilled_tokens - before == len(group) + len(other)
+    for got, want in zip(together, [alone[0], alone[1], alone[0], alone[0]]):
+        assert got.token_ids == want.token_ids and got.finish_reason == want.finish_reason
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+
+
+@pytest.mark.bus
 def test_new_weights_never_continue_from_the_keys_of_old_ones():
     """After new weights are installed, a continuation of a turn sampled by the old ones is
     prefilled in full: no hit, the old entries gone, and its logprobs are the new weights'
