@@ -14,6 +14,7 @@ greedy row (temperature 0) it is the untempered model logprob of the argmax.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Sequence
 
 import torch
@@ -23,6 +24,9 @@ from policy.engine import RowSettings, cut_at_stop
 
 Forward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, object], tuple[torch.Tensor, object]]
 "(input_ids [B,T], attention_mask [B,T+past], position_ids [B,T], cache) -> (logits [B,V], cache)"
+
+Prefill = Callable[[list[list[int]]], tuple[torch.Tensor, torch.Tensor, object]]
+"contexts -> (each row's next-token logits [B,V], attention mask over the cache [B,W], cache)"
 
 
 @dataclass
@@ -74,10 +78,9 @@ def _stopped_by(text_tail: str, stops: Sequence[str]) -> bool:
     return any(s and s in text_tail for s in stops)
 
 
-def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowSettings],
-                chat: ChatFormat, pad_id: int, generator: torch.Generator | None = None,
-                device: str = "cpu") -> list[RowResult]:
-    """Sample a completion for each context, all rows in one batch (left-padded)."""
+def padded_prefill(forward: Forward, contexts: list[list[int]], pad_id: int,
+                   device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, object]:
+    """All contexts in one left-padded forward pass from an empty cache (a `Prefill`)."""
     rows = len(contexts)
     width = max(len(c) for c in contexts)
     ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -87,12 +90,23 @@ def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowS
         mask[r, width - len(ctx):] = 1
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits, cache = forward(ids, mask, positions, None)
+    return logits, mask, cache
+
+
+def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowSettings],
+                chat: ChatFormat, pad_id: int, generator: torch.Generator | None = None,
+                device: str = "cpu", prefill: Prefill | None = None) -> list[RowResult]:
+    """Sample a completion for each context, all rows decoded in one batch. `prefill` (default:
+    `padded_prefill`) reads the contexts; the masked-out columns of its cache are padding."""
+    rows = len(contexts)
+    prefill = prefill or partial(padded_prefill, forward, pad_id=pad_id, device=device)
+    logits, mask, cache = prefill(contexts)
     temperature = torch.tensor([s.temperature for s in settings], device=device)
     top_p = torch.tensor([s.top_p for s in settings], device=device)
     results = [RowResult() for _ in range(rows)]
     active = torch.ones(rows, dtype=torch.bool)
-    logits, cache = forward(ids, mask, positions, None)
-    last_pos = positions[:, -1:]
+    last_pos = mask.sum(-1, keepdim=True) - 1
     for step in range(max(s.max_new_tokens for s in settings)):
         tokens, logps = choose_tokens(logits, temperature, top_p, generator)
         tokens_cpu, logps_cpu = tokens.cpu().tolist(), logps.cpu().tolist()

@@ -2,7 +2,9 @@
 
 Consumes sample requests and weight versions through `policy.engine.BatchingEngine`;
 produces samples with per-token logprobs. Each batch is left-padded and decoded with a KV
-cache (`policy.sampling.sample_rows`). A version that is a LoRA adapter is merged into the
+cache (`policy.sampling.sample_rows`). A row whose context begins with a sequence decoded
+before by the same weights (the previous turn of its episode) starts from that sequence's
+keys and values (`policy.prefix_cache`) and prefills only the tokens after it. A version that is a LoRA adapter is merged into the
 weights (`policy.lora`): onto a copy of the base weights it adapts, kept from the first
 adapter on, so versions never stack; a pinned copy is its own base plus that adapter. It
 does not talk to the bus.
@@ -21,7 +23,8 @@ from policy.chat import hf_chat_format
 from policy.engine import BatchingEngine, RowSettings
 from policy.lora import Adapter, base_values, is_adapter, merge_adapter, read_adapter
 from policy.precision import weights_dtype
-from policy.sampling import sample_rows
+from policy.prefix_cache import Layers, PrefixCache, RowState, WeightsTag, merge_rows, row_layers
+from policy.sampling import Forward, padded_prefill, sample_rows
 from policy.weights import decode_state, install_state
 
 log = structlog.get_logger("policy.torch_engine")
@@ -55,6 +58,10 @@ class TorchEngine(BatchingEngine):
         # transformers renamed `past_key_values` to `cache` (5.x); take whichever it reads.
         params = inspect.signature(self.model.forward).parameters
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        self.prefixes = PrefixCache(generator_cfg.prefix_cache_mb * 2**20)
+        "Keys and values of sequences decoded before, for their continuations."
+        self.installs = 0
+        "Weights installed into the live models so far: prefixes of older installs are stale."
 
     def _model(self, dtype: str) -> Any:
         """The policy in `dtype` ('' for the engine's own), loaded with the current weights
@@ -74,6 +81,8 @@ class TorchEngine(BatchingEngine):
         if self.threads and torch.get_num_threads() != self.threads:  # per worker thread
             torch.set_num_threads(self.threads)
 
+        seen: dict[str, Any] = {}  # the mask and cache of the last step, for the prefixes
+
         def forward(ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
                     cache: object) -> tuple[torch.Tensor, object]:
             if cache is None:
@@ -82,11 +91,90 @@ class TorchEngine(BatchingEngine):
                 cache = DynamicCache(config=model.config)
             out = model(input_ids=ids, attention_mask=mask, position_ids=positions,
                         use_cache=True, logits_to_keep=1, **{self._cache_arg: cache})
+            seen.update(mask=mask, cache=cache)
             return out.logits[:, -1, :], cache  # the cache object is filled in place
 
+        tag = WeightsTag(pinned, settings[0].dtype or self.dtype, self.installs if pinned < 0 else 0)
+
+        def prefill(contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, object]:
+            logits, mask, cache = self._prefill(forward, model, tag, contexts)
+            seen.update(mask=mask, cache=cache)
+            return logits, mask, cache
+
         with torch.inference_mode():
-            return sample_rows(forward, contexts, settings, self.chat, self.pad_id,
-                               self.rng, self.device)
+            results = sample_rows(forward, contexts, settings, self.chat, self.pad_id,
+                                  self.rng, self.device, prefill)
+            if self.prefixes.max_bytes:
+                self._keep(tag, contexts, results, seen["mask"], seen["cache"])
+        return results
+
+    def _prefill(self, forward: Forward, model: Any, tag: WeightsTag,
+                 contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, object]:
+        """The batch's prefill: rows with a stored prefix each extend its cache by the rest of
+        their context (one row at a time, as their cached lengths differ), the others in one
+        left-padded pass; then all are merged into one left-padded batch for decoding."""
+        hits = [self.prefixes.longest(tag, c) if self.prefixes.max_bytes else None
+                for c in contexts]
+        if not any(hits):
+            return self._fresh(forward, model, contexts)
+        rows: list[RowState | None] = [None] * len(contexts)
+        missed = [r for r, h in enumerate(hits) if h is None]
+        if missed:
+            logits, mask, cache = self._fresh(forward, model, [contexts[r] for r in missed])
+            whole = _layers(cache)
+            for i, r in enumerate(missed):
+                rows[r] = (logits[i:i + 1], mask[i:i + 1],
+                           [(k[i:i + 1], v[i:i + 1]) for k, v in whole])
+        for r, hit in enumerate(hits):
+            if hit is not None:
+                rows[r] = self._extend(forward, model, hit.layers, contexts[r], len(hit.ids))
+                self.prefixes.take(tag, hit)
+        logits, mask, layers = merge_rows(rows)
+        return logits, mask, _dynamic_cache(model, layers)
+
+    def _fresh(self, forward: Forward, model: Any,
+               contexts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, object]:
+        """Contexts with nothing stored, in one left-padded pass; a context several rows share
+        (a group's prompt) is read once and its row repeated."""
+        first: dict[tuple[int, ...], int] = {}
+        index = [first.setdefault(tuple(c), len(first)) for c in contexts]
+        unique = [list(c) for c in first]
+        self.prefixes.stats.prefilled_tokens += sum(map(len, unique))
+        logits, mask, cache = padded_prefill(forward, unique, self.pad_id, self.device)
+        if len(unique) == len(contexts):
+            return logits, mask, cache
+        rows = torch.tensor(index, device=self.device)
+        return logits[rows], mask[rows], _dynamic_cache(
+            model, [(k[rows], v[rows]) for k, v in _layers(cache)])
+
+    def _extend(self, forward: Forward, model: Any, layers: Layers, context: list[int],
+                cached: int) -> RowState:
+        """One row's prefill from the cache of its first `cached` tokens."""
+        self.prefixes.stats.prefilled_tokens += len(context) - cached
+        ids = torch.tensor([context[cached:]], dtype=torch.long, device=self.device)
+        mask = torch.ones((1, len(context)), dtype=torch.long, device=self.device)
+        positions = torch.arange(cached, len(context), device=self.device)[None]
+        logits, cache = forward(ids, mask, positions, _dynamic_cache(model, layers))
+        return logits, mask, _layers(cache)
+
+    def _keep(self, tag: WeightsTag, contexts: list[list[int]], results: list[Any],
+              mask: torch.Tensor, cache: object) -> None:
+        """Store each row's sequence: its context and every sampled token but the last (the
+        one the model has not read yet), at the columns its mask kept."""
+        layers = _layers(cache)
+        for r, (context, result) in enumerate(zip(contexts, results)):
+            ids = context + result.token_ids[:-1]
+            columns = mask[r].nonzero().squeeze(-1)
+            if len(columns) != len(ids):
+                raise RuntimeError(f"row {r}: {len(columns)} cached positions for {len(ids)} tokens")
+            self.prefixes.put(tag, ids, row_layers(layers, r, columns))
+
+    @property
+    def stats(self) -> dict[str, float]:
+        made = self.prefixes.stats
+        return {**super().stats, "prefix_hits": float(made.hits),
+                "prefill_reused_tokens": float(made.reused_tokens),
+                "prefill_tokens": float(made.prefilled_tokens)}
 
     def apply_weights(self, blob: bytes | bytearray | None) -> None:
         state = None if blob is None else \
@@ -94,6 +182,8 @@ class TorchEngine(BatchingEngine):
         if isinstance(state, Adapter) and isinstance(self.state, dict):
             self.bases.clear()  # full weights ran last: start again from the whole base
         self.state = state
+        self.installs += 1
+        self.prefixes.drop(-1)
         for dtype, model in self.models.items():
             self._install(dtype, model)
 
@@ -122,6 +212,20 @@ class TorchEngine(BatchingEngine):
                 else:
                     install_state(model, decode_state(blob))
         self.pinned_models[version] = model
+        self.prefixes.drop(version)
 
     def drop_pinned(self, version: int) -> None:
         self.pinned_models.pop(version, None)
+        self.prefixes.drop(version)
+
+
+def _layers(cache: Any) -> Layers:
+    """A transformers `DynamicCache`'s keys and values per layer."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def _dynamic_cache(model: Any, layers: Layers) -> Any:
+    """A `DynamicCache` for `model` holding `layers`."""
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=layers, config=model.config)

@@ -80,7 +80,8 @@ def test_an_endpoint_refuses_a_tool_domain_in_one_line(config):
 @pytest.mark.usefixtures("built_envs")
 async def test_concurrent_episodes_share_batches_in_real_sessions(config):
     """Three tiny-model episodes of two turns: each round of turns is one batch of three rows,
-    each malformed turn is answered at once, and each final workspace comes back."""
+    each second turn continues from its first turn's prefix cache, each malformed turn is
+    answered at once, and each final workspace comes back."""
     from policy.torch_engine import TorchEngine
 
     cfg = config_mod.load(config)
@@ -90,6 +91,7 @@ async def test_concurrent_episodes_share_batches_in_real_sessions(config):
     with anyio.fail_after(120):
         episodes = await run_episodes(cfg, engine, tasks, "t", max_turns=2, batch=batch)
     assert batch.batches == [3, 3]
+    assert engine.prefixes.stats.hits == 3  # the second turns start from the first turns' keys
     assert [e.end for e in episodes] == ["turns"] * 3
     for episode, task in zip(episodes, tasks):
         first, second = episode.attempt.turns
