@@ -87,10 +87,12 @@ class GeneratorConfig(Section):
      "held-out round is one attempt per assignment, so this caps its batches too.")
     weights_wait_s: Seconds = 300.0
     "How long work waits for the generator to run its admitted policy version before it is handed back."
-    prefix_cache_mb: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)] = 512
+    prefix_cache_mb: Annotated[int, msgspec.Meta(ge=0, le=1 << 20)] = 0
     ("Megabytes of keys and values the torch engine keeps of the sequences it decoded, so a "
      "continuation (the next turn of an episode) prefills only its new tokens; oldest out "
-     "first, 0: off. SmolLM2-135M takes 45 KiB a token in float32, so 512 holds about 11,600.")
+     "first. 0 (the default): off, as single-turn jobs never continue a sequence and would "
+     "only pay for the copies; configs/repository.toml sets 512. SmolLM2-135M takes 45 KiB a "
+     "token in float32, so 512 holds about 11,600.")
     fake_vocab: Annotated[int, msgspec.Meta(ge=4, le=256)] = 16
     "Vocabulary size of the fake engine."
     vllm: VllmSettings = VllmSettings()

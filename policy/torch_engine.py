@@ -165,8 +165,10 @@ class TorchEngine(BatchingEngine):
         for r, (context, result) in enumerate(zip(contexts, results)):
             ids = context + result.token_ids[:-1]
             columns = mask[r].nonzero().squeeze(-1)
-            if len(columns) != len(ids):
-                raise RuntimeError(f"row {r}: {len(columns)} cached positions for {len(ids)} tokens")
+            if len(columns) != len(ids):  # never reuse what does not line up: a miss later
+                log.warning("generator.prefix_not_kept", row=r, cached=len(columns),
+                            tokens=len(ids))
+                continue
             self.prefixes.put(tag, ids, row_layers(layers, r, columns))
 
     @property
