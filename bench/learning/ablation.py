@@ -54,7 +54,10 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "div_sequence": {"learner": {"loss_divisor": "sequence"}},
     "div_constant": {"learner": {"loss_divisor": "constant"}},
     "uniform": {"sampler": {"out_of_band_weight": 1.0}},
+    # the default since a0648e7 (chosen from this table); default-s0/s1 were run before it,
+    # with truncated answers judged on their text, which `trunc_judged` names from now on
     "trunc_fail": {"judge": {"truncated": "fail"}},
+    "trunc_judged": {"judge": {"truncated": "judged"}},
     # generator-versus-learner mismatch: both in float32 (KL 0 at identical weights,
     # results/mismatch.json) against the default's bf16 on both sides (KL 0.002)
     "fp32": {"learner": {"precision": "fp32"}, "generator": {"dtype": "float32"}},
