@@ -52,17 +52,52 @@ TRAIN_COLUMNS = ["step", "policy_version", "samples_total", "mean_reward", "pass
 PROGRESS_COLUMNS = ["wall_s", "cpu_s", *liveline.Counts().row()]
 
 
+class Unwritable:
+    """Runs a write that the disk may refuse (a full disk, a read-only folder): an OSError is
+    counted, never raised, and said once (`progress.file_unwritable`); the first write that
+    works again says how many were lost (`progress.file_writable`). Metrics and plots are
+    for people: the supervisor must outlive them."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.unwritten = 0
+
+    def run(self, write: Callable[..., Any], *args: Any) -> Any:
+        """`write(*args)`'s result, or None when the disk refused it."""
+        try:
+            result = write(*args)
+        except OSError as exc:
+            self.unwritten += 1
+            if self.unwritten == 1:
+                log.warning("progress.file_unwritable", what=self.what, error=str(exc))
+            return None
+        if self.unwritten:
+            log.info("progress.file_writable", what=self.what, unwritten=self.unwritten)
+            self.unwritten = 0
+        return result
+
+
 class CsvLog:
-    """Appends rows with fixed columns to one CSV file (header written once)."""
+    """Appends rows with fixed columns to one CSV file (header written once); a row the disk
+    refuses is counted and lost, never raised (`Unwritable`)."""
 
     def __init__(self, path: Path, columns: list[str]) -> None:
         self.path, self.columns = path, columns
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if not path.exists():
-            with path.open("w", newline="") as f:
-                csv.writer(f).writerow(columns)
+        self.guard = Unwritable(str(path))
+        self.guard.run(self._header)
+
+    def _header(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.exists():
+            with self.path.open("w", newline="") as f:
+                csv.writer(f).writerow(self.columns)
 
     def append(self, row: dict[str, Any]) -> None:
+        self.guard.run(self._append, row)
+
+    def _append(self, row: dict[str, Any]) -> None:
+        if not self.path.exists():  # the header was refused earlier
+            self._header()
         with self.path.open("a", newline="") as f:
             csv.writer(f).writerow(["" if row.get(c) is None else row.get(c) for c in self.columns])
 
@@ -202,12 +237,14 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
                 shown, shown_at = text.split("  ", 1)[-1], now
             await anyio.sleep(1.0 if term.tty else PLAIN_LINE_S)
 
+    plots = Unwritable(str(run_dir.path / "plots"))
+
     async def plot() -> None:
         nonlocal redraw
         while True:
             await redraw.wait()
             redraw = anyio.Event()
-            await anyio.to_thread.run_sync(draw, run_dir.path)
+            await anyio.to_thread.run_sync(plots.run, draw, run_dir.path)
             await anyio.sleep(PLOT_S)
 
     started = time.monotonic()
@@ -222,7 +259,7 @@ async def follow(bus: Bus, cfg: RunConfig, run_dir: RunDir,
         term.end_status()
         if progress is not None:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(draw, run_dir.path)
+                await anyio.to_thread.run_sync(plots.run, draw, run_dir.path)
 
 
 M = TypeVar("M", bound=Message)
