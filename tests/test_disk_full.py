@@ -118,9 +118,14 @@ async def test_a_full_disk_pauses_a_two_rank_checkpoint_until_room_returns(bus, 
     from tests.test_learner import second_bus, tiny_run_config
     from tests.test_learner_crash import synthetic_verdicts
 
+    from policy.model import model_dir
+
     ckpt = tmp_path / "ckpt"
     _mount_tmpfs(ckpt, "4m")
     cfg = tiny_run_config(tmp_path, batch_size=4, group_size=2)
+    # The model made once before the ranks start: two ranks making it at once race (one
+    # reads the folder while the other writes it) on a machine where it is not cached yet.
+    model_dir(cfg.model)
     cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
         cfg.learner, world_size=2, zero_stage=2, micro_batch_size=1))
     learn_bus = await second_bus(nats_server, "learner")
