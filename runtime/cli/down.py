@@ -25,8 +25,8 @@ def down(run: RunOpt = None,
     found = rd.supervisor()
     cause = stop_cause.read(rd.cause_file)
     because = f"; it had stopped on an error: {cause}" if cause else ""
-    if found.stale:
-        rd.clear_stale()
+    if found.stale:  # `found` already read the pid file: no second look (`clear_stale`)
+        rd.remove_live_files()
         typer.echo(f"run {rd.run_id} is not running: its supervisor.pid was stale ({found.stale}); "
                    f"removed it and signalled nothing{because}")
         return

@@ -45,14 +45,11 @@ async def serve(cfg: RunConfig, run_dir: RunDir) -> None:
     server, url = _start_server(cfg, run_dir, secrets)
     try:
         failure = await _serve_on(cfg, run_dir, secrets, server, url)
-    finally:
-        try:
-            with anyio.CancelScope(shield=True):
-                if server is not None:
-                    await anyio.to_thread.run_sync(server.stop)
-                    log.info("nats.stopped", pids=server.pids)
-        finally:
-            run_dir.remove_live_files()
+    finally:  # supervisor.pid and `ready` go in `whet up`'s own finally, on every way out
+        with anyio.CancelScope(shield=True):
+            if server is not None:
+                await anyio.to_thread.run_sync(server.stop)
+                log.info("nats.stopped", pids=server.pids)
     if failure is not None:
         raise ActorFailed(failure_line(failure))
 
