@@ -34,6 +34,26 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40, "critical": 50}
 _BUFFER = 10_000
 
 
+class Refusals:
+    """The rule for writes a disk may refuse (ENOSPC, EIO), shared by the event file here and
+    the supervisor's metrics and plots (`runtime.stack.progress`): count each refused write,
+    say so on the first, and once a write is taken again say how many were lost."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        "Writes refused since the last one taken."
+
+    def refused(self) -> bool:
+        """Count a refused write; True when it is the first (the one to say)."""
+        self.count += 1
+        return self.count == 1
+
+    def taken(self) -> int:
+        """A write was taken: the writes lost before it (0: nothing to say), count reset."""
+        lost, self.count = self.count, 0
+        return lost
+
+
 class EventSink:
     """Buffers events for the bus and writes them to the JSON-lines file."""
 
@@ -42,9 +62,13 @@ class EventSink:
         self.file = file
         self.pending: deque[Event] = deque(maxlen=_BUFFER)
         self.dropped = 0
-        self.unwritten = 0
-        "Lines the file could not take (a full disk) since the last one it took."
+        self.refusals = Refusals()
         self.wake = anyio.Event()
+
+    @property
+    def unwritten(self) -> int:
+        """Lines the file could not take (a full disk) since the last one it took."""
+        return self.refusals.count
 
     def __call__(self, _logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
         fields = {k: v for k, v in event.items()
@@ -71,14 +95,13 @@ class EventSink:
             self.file.write(msgspec.json.encode(record).decode() + "\n")
             self.file.flush()
         except OSError as exc:
-            self.unwritten += 1
-            if self.unwritten == 1:
+            if self.refusals.refused():
                 self._queue(self._note(record, "warning", "log.file_unwritable", error=str(exc),
                                        file=getattr(self.file, "name", "")))
             return
-        if self.unwritten:
-            count, self.unwritten = self.unwritten, 0
-            self._queue(self._note(record, "info", "log.file_writable", unwritten=count,
+        if self.refusals.count:
+            self._queue(self._note(record, "info", "log.file_writable",
+                                   unwritten=self.refusals.taken(),
                                    file=getattr(self.file, "name", "")))
 
     def _note(self, near: Event, level: str, name: str, **fields: Any) -> Event:

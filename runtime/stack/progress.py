@@ -29,6 +29,7 @@ from bus.errors import BusUnavailable
 from bus.messages import EvalRound, Heartbeat, Message, StepRecord
 from bus.nats_bus import Bus
 from runtime.config import RunConfig
+from runtime.log import Refusals
 from runtime.stack import liveline
 from runtime.stack.cpu import cpu_by_label, stack_cpu_seconds
 from runtime.stack.plots import draw
@@ -53,27 +54,31 @@ PROGRESS_COLUMNS = ["wall_s", "cpu_s", *liveline.Counts().row()]
 
 
 class Unwritable:
-    """Runs a write that the disk may refuse (a full disk, a read-only folder): an OSError is
-    counted, never raised, and said once (`progress.file_unwritable`); the first write that
-    works again says how many were lost (`progress.file_writable`). Metrics and plots are
-    for people: the supervisor must outlive them."""
+    """Runs a write that the disk may refuse (a full disk, a read-only folder) under the log
+    file's rule (`runtime.log.Refusals`): an OSError is counted, never raised, and said once
+    (`progress.file_unwritable`); the first write that works again says how many were lost
+    (`progress.file_writable`). Metrics and plots are for people: the supervisor must
+    outlive them."""
 
     def __init__(self, what: str) -> None:
         self.what = what
-        self.unwritten = 0
+        self.refusals = Refusals()
+
+    @property
+    def unwritten(self) -> int:
+        """Writes refused since the last one that worked."""
+        return self.refusals.count
 
     def run(self, write: Callable[..., Any], *args: Any) -> Any:
         """`write(*args)`'s result, or None when the disk refused it."""
         try:
             result = write(*args)
         except OSError as exc:
-            self.unwritten += 1
-            if self.unwritten == 1:
+            if self.refusals.refused():
                 log.warning("progress.file_unwritable", what=self.what, error=str(exc))
             return None
-        if self.unwritten:
-            log.info("progress.file_writable", what=self.what, unwritten=self.unwritten)
-            self.unwritten = 0
+        if self.refusals.count:
+            log.info("progress.file_writable", what=self.what, unwritten=self.refusals.taken())
         return result
 
 
