@@ -78,7 +78,7 @@ class Unwritable:
                 log.warning("progress.file_unwritable", what=self.what, error=str(exc))
             return None
         if self.refusals.count:
-            log.info("progress.file_writable", what=self.what, unwritten=self.refusals.taken())
+            log.warning("progress.file_writable", what=self.what, unwritten=self.refusals.taken())
         return result
 
 
