@@ -28,12 +28,12 @@ import anyio
 import pytest
 
 from bus import subjects
-from bus.messages import EvaluatorState, SamplerState, Verdict
+from bus.messages import DeadLetter, EvaluatorState, SamplerState, Verdict
 from runtime.broker.embedded import alive
 from runtime.cli.stack_status import StackStatus, gather
 from bus.messages.control import MISSED_BEATS
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
-                                 repeated, supervisor_said)
+                                 patient_max_deliver, repeated, supervisor_said)
 from tests.conftest import patiently, until
 
 pytestmark = pytest.mark.stack
@@ -306,7 +306,8 @@ async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_s
     verdict and exactly one fate in the surviving learner updates (trained, or left out with a
     reason), none trained twice, every verdict one trial record, every round started one
     report, and the queues drain."""
-    stack = make_stack(CONFIG, f"ack_wait_s = {ACK_WAIT_S}\nrequest_timeout_s = 2.0")
+    stack = make_stack(CONFIG, f"ack_wait_s = {ACK_WAIT_S}\nrequest_timeout_s = 2.0\n"
+                       f"max_deliver = {patient_max_deliver(ACK_WAIT_S)}")
     await anyio.to_thread.run_sync(stack.start)
     chaos = Chaos(bus, nats_server, stack.run_dir)
     began = time.monotonic()
@@ -352,7 +353,12 @@ async def reconcile(bus, stack) -> str:
     states = {s.name: s for s in await bus.stream_states(
         [*WORK_STREAMS, subjects.STREAM_DLQ, subjects.STREAM_VERDICTS])}
     assert all(states[s].messages == 0 for s in WORK_STREAMS if s in states)
-    assert states[subjects.STREAM_DLQ].messages == 0, "work was dead-lettered"
+    if states[subjects.STREAM_DLQ].messages:
+        letters = [(d.consumer, d.reason, d.deliveries, d.error[:300])
+                   for _, d in await bus.snapshot(subjects.STREAM_DLQ, DeadLetter) if d]
+        raise AssertionError(f"work was dead-lettered: {letters}")
+    info = await bus.js.consumer_info(subjects.STREAM_VERDICTS, subjects.CONSUMER_LEARNER.durable)
+    assert info.config.max_deliver == patient_max_deliver(ACK_WAIT_S), info.config
     learner = states[subjects.STREAM_VERDICTS].consumers[subjects.CONSUMER_LEARNER.durable]
     assert (learner["pending"], learner["in_flight"]) == (0, 0), "verdicts left unacked"
     return (f"admitted {len(admitted)} = trained {len(trained)} + left out {len(dropped)} "

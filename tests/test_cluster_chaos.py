@@ -31,6 +31,7 @@ from runtime.broker.cluster import monitoring
 from runtime.config import RunConfig
 from runtime.connect import topology
 from tests.conftest import Stack, bus_settings, patiently, until
+from tests.support.chaos import patient_max_deliver
 from tests.test_chaos import (CONFIG, SEED, Chaos, drain_and_stop, healthy, reconcile,
                               verdict_count)
 
@@ -47,7 +48,8 @@ LED = (subjects.STREAM_VERDICTS, subjects.STREAM_TASKS, subjects.STREAM_ATTEMPTS
 CONSUMERS = (subjects.CONSUMER_TASKS, subjects.CONSUMER_ATTEMPTS, subjects.CONSUMER_EXEC,
              subjects.CONSUMER_EXEC_DONE, subjects.CONSUMER_LEARNER)
 "Work consumers, each its own raft group with its own leader: each kill reports those it led."
-BUS_TEXT = "ack_wait_s = 3.0\nrequest_timeout_s = 2.0\nreplicas = 3"
+BUS_TEXT = (f"ack_wait_s = 3.0\nrequest_timeout_s = 2.0\nreplicas = 3\n"
+            f"max_deliver = {patient_max_deliver(3.0)}")
 
 
 async def consumer_leader(bus: Bus, spec) -> str:

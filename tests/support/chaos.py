@@ -18,9 +18,12 @@ It decides nothing about the system under test; the test asserts on what it retu
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bus.nats_bus import BusSettings
 
 
 def events(run_dir: Path, instance: str) -> list[dict]:
@@ -97,3 +100,14 @@ def supervisor_said(run_dir: Path, event: str, instance: str, pid: int) -> bool:
     """Whether the supervisor logged `event` for process `pid` of `instance`."""
     return any(e["event"] == event and e["fields"].get("child") == instance
                and e["fields"].get("pid") == pid for e in events(run_dir, "supervisor"))
+
+
+def patient_max_deliver(ack_wait_s: float) -> int:
+    """Deliveries that give a message the defaults' patience in seconds (`max_deliver` of
+    `ack_wait_s`: 5 of 30 s) at a test's shorter ack wait. A chaos test shortens the ack wait
+    to be quick but not its freezes (the server's, an actor's until the supervisor calls it
+    unresponsive, longer on a loaded machine); at 5 deliveries of 3 s, messages held through
+    two freezes were dead-lettered in CI, which the defaults would not do."""
+    defaults = BusSettings(url="")
+    return math.ceil(defaults.max_deliver * defaults.ack_wait_s / ack_wait_s)
+
