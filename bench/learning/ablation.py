@@ -8,7 +8,7 @@ on 60 validation tasks of each trained domain. Produces results/ablation/<varian
 each validation task's outcome and reward at both rounds, samples trained, what was left
 out, wall and CPU seconds (the whole stack's: this process's children). `--table` builds one
 markdown table from the JSONs there: pass rate at v12 with its 95% interval, the paired
-change against v0 and against the default variant (sign test), samples and CPU seconds.
+change against v0 and against the variant's base (the default it ran on), samples and CPU seconds.
 A variant other than the default takes the version-0 round of `default-s<seed>.json` when
 that is there (the same weights, tasks and greedy float32 sampling) instead of its own.
 `--attach-initial RESULT EVAL` gives a result whose run had no version-0 round the one
@@ -54,9 +54,9 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "div_sequence": {"learner": {"loss_divisor": "sequence"}},
     "div_constant": {"learner": {"loss_divisor": "constant"}},
     "uniform": {"sampler": {"out_of_band_weight": 1.0}},
-    # the default since a0648e7 (chosen from this table); default-s0/s1 were run before it,
-    # with truncated answers judged on their text, which `trunc_judged` names from now on
-    "trunc_fail": {"judge": {"truncated": "fail"}},
+    # truncated answers judged on their text: the default until a0648e7, when this table
+    # chose "fail" (the runs then named trunc_fail are default-s0/s1 now, and the runs then
+    # named default are trunc_judged-s0/s1)
     "trunc_judged": {"judge": {"truncated": "judged"}},
     # generator-versus-learner mismatch: both in float32 (KL 0 at identical weights,
     # results/mismatch.json) against the default's bf16 on both sides (KL 0.002)
@@ -67,7 +67,7 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "lora_lr1e-4": {"learner": {"lora": {"rank": 16}, "lr": 1e-4}},
 }
 ("Each factor against today's default: staleness 2, zero-signal groups dropped, the token "
- "mean, the sampler band, truncated answers judged on their text.")
+ "mean, the sampler band, truncated answers scored as failures.")
 
 
 def protocol(steps: int, tasks: int) -> dict[str, dict]:
@@ -197,7 +197,8 @@ def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path
         raise SystemExit(f"ablation: whet up exited with {proc.returncode} and made no run "
                          f"directory of its own under {latest.parent}")
     train = read_csv(run_dir / "metrics" / "train.csv")
-    result = {"variant": name, "seed": seed, "overrides": overrides, "config": _shown(config),
+    result = {"variant": name, "seed": seed, "base": "default", "overrides": overrides,
+              "config": _shown(config),
               "run_dir": _shown(run_dir), "exit_code": proc.returncode,
               "steps": len(train), "samples_trained": int(train[-1]["samples_total"]) if train else 0,
               "left_out": left_out(run_dir), "wall_s": round(time.monotonic() - began, 1),

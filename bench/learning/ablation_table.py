@@ -3,9 +3,10 @@
 Consumes results/ablation/<variant>-s<seed>.json; produces a markdown table, one row per
 variant (its seeds pooled: a task's pass rate is its share of passing runs): pass rate at
 the last round with its 95% Wilson interval over tasks, the paired change since version 0
-and against the default variant at the last round (tasks gained and lost, exact sign-test
-p: `envs.stats`), mean samples trained and mean whole-stack CPU seconds per run. It runs
-nothing and decides nothing.
+and against its base at the last round (tasks gained and lost, exact sign-test p:
+`envs.stats`), mean samples trained and mean whole-stack CPU seconds per run. A result's
+`base` names the variant whose runs are the default it changed one factor of (the default
+changed once: runs before it have base `trunc_judged`). It runs nothing and decides nothing.
 """
 
 from __future__ import annotations
@@ -48,24 +49,28 @@ def table(folder: Path, steps: int) -> str:
     if not results:
         return f"no ablation results in {folder}"
     last, first = str(steps), "0"
-    base = pooled(results["default"], last) if "default" in results else None
-    lines = [f"| variant | seeds | pass rate v{last} (95% CI) | change v0 -> v{last} | "
-             f"vs default at v{last} | samples | CPU-s |", "|---|---|---|---|---|---|---|"]
+    lines = [f"| variant | base | seeds | pass rate v{last} (95% CI) | change v0 -> v{last} | "
+             f"vs base at v{last} | samples | CPU-s |", "|---|---|---|---|---|---|---|---|"]
     for name in sorted(results, key=lambda n: (n != "default", n)):
         runs = results[name]
+        base = runs[0].get("base", "default")
         end, start = pooled(runs, last), pooled(runs, first)
         seeds = ",".join(str(r["seed"]) for r in runs)
         if not end:
-            lines.append(f"| {name} | {seeds} | no round at v{last} | | | | |")
+            lines.append(f"| {name} | {base} | {seeds} | no round at v{last} | | | | |")
             continue
         e = estimate(end)
-        vs = "" if name == "default" or base is None else _paired(base, end)
+        vs = ("" if base == name or base not in results
+              else _paired(pooled(results[base], last), end))
         samples = sum(r["samples_trained"] for r in runs) / len(runs)
         cpu = sum(r["cpu_s"] for r in runs) / len(runs)
-        lines.append(f"| {name} | {seeds} | {e.rate:.3f} ({e.low:.3f}-{e.high:.3f}), "
+        lines.append(f"| {name} | {base} | {seeds} | {e.rate:.3f} ({e.low:.3f}-{e.high:.3f}), "
                      f"{e.tasks} tasks | {_paired(start, end)} | {vs} | {samples:.0f} | "
                      f"{cpu:.0f} |")
     lines.append("")
     lines.append("Seeds pooled: a task's pass rate is its share of passing runs; changes are "
-                 "mean per-task differences, with tasks gained and lost and the exact sign test.")
+                 "mean per-task differences, with tasks gained and lost and the exact sign test. "
+                 "Base: the default the variant changed one factor of (truncated answers "
+                 "scored as failures since a0648e7; judged on their text before, "
+                 "`trunc_judged`).")
     return "\n".join(lines)
