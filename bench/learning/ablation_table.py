@@ -3,8 +3,8 @@
 Consumes results/ablation/<variant>-s<seed>.json; produces a markdown table, one row per
 variant (its seeds pooled: a task's pass rate is its share of passing runs): pass rate at
 the last round with its 95% Wilson interval over tasks, the paired change since version 0
-and against its base at the last round (tasks gained and lost, exact sign-test p:
-`envs.stats`), mean samples trained and mean whole-stack CPU seconds per run. A result's
+and against its base's runs of the same seeds at the last round (tasks gained and lost,
+exact sign-test p: `envs.stats`), mean samples trained and mean whole-stack CPU seconds per run. A result's
 `base` names the variant whose runs are the default it changed one factor of (the default
 changed once: runs before it have base `trunc_judged`). It runs nothing and decides nothing.
 """
@@ -38,6 +38,12 @@ def pooled(runs: list[dict], version: str) -> Counts:
     return counts
 
 
+def same_seeds(base_runs: list[dict], runs: list[dict]) -> list[dict]:
+    """The base's runs of the seeds `runs` have (all of them when it has none of those)."""
+    seeds = {r["seed"] for r in runs}
+    return [r for r in base_runs if r["seed"] in seeds] or base_runs
+
+
 def _paired(before: Counts, after: Counts) -> str:
     p = paired_change(before, after)
     return f"{p.delta:+.3f} (+{p.gained}/-{p.lost}, p={p.p_value:.3f})"
@@ -61,7 +67,7 @@ def table(folder: Path, steps: int) -> str:
             continue
         e = estimate(end)
         vs = ("" if base == name or base not in results
-              else _paired(pooled(results[base], last), end))
+              else _paired(pooled(same_seeds(results[base], runs), last), end))
         samples = sum(r["samples_trained"] for r in runs) / len(runs)
         cpu = sum(r["cpu_s"] for r in runs) / len(runs)
         lines.append(f"| {name} | {base} | {seeds} | {e.rate:.3f} ({e.low:.3f}-{e.high:.3f}), "
