@@ -8,8 +8,10 @@ held out, and the evaluator runs a round every other version. A seeded schedule 
 kind and the server with SIGKILL (the learner between a trained step and its checkpoint),
 freezes one actor of a seeded kind (SIGSTOP) past the ack wait and the heartbeat limit, then
 thaws it (SIGCONT, after the supervisor's `actor.unresponsive`), and freezes the server past
-the ack wait and the clients' ping limit. Then admission stops, the run drains and stops,
-every admitted attempt is traced to exactly one fate and every round started to one report.
+the ack wait and the clients' ping limit, and fills the run folder's own small filesystem
+until the learner's checkpoint waits for room, then frees it. Then admission stops, the run
+drains and stops, every admitted attempt is traced to exactly one fate and every round
+started to one report.
 
 CI runs one seed with one instance of each kind. `CHAOS_SEED`, `CHAOS_REPLICAS` (instances
 of each stateless kind: generator, judge, executor) and `CHAOS_ROUNDS` (times through the
@@ -23,6 +25,7 @@ import random
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import anyio
 import pytest
@@ -35,6 +38,7 @@ from bus.messages.control import MISSED_BEATS
 from tests.support.chaos import (LearnerRecord, admitted_attempts, events, learner_record,
                                  patient_max_deliver, repeated, supervisor_said)
 from tests.conftest import patiently, until
+from tests.support.disk import fill, small_disk
 
 pytestmark = pytest.mark.stack
 
@@ -47,8 +51,13 @@ ROUNDS = int(os.environ.get("CHAOS_ROUNDS", "1"))
 STATELESS = ("generator", "judge", "executor")
 PAUSES = ("pause", "pause-nats")
 "SIGSTOP of one actor (of a seeded kind), and of the server."
-SCHEDULE = (["nats", "learner"] * 2 + [k for k in KINDS if k != "learner"] + [*PAUSES]) * ROUNDS
-"Ten kills and two pauses a round; the seed shuffles their order and timing."
+DISK_FULL = "disk-full"
+"The run folder's filesystem filled until the learner's checkpoint waits for room, then freed."
+SCHEDULE = (["nats", "learner"] * 2 + [k for k in KINDS if k != "learner"] + [*PAUSES]
+            + [DISK_FULL]) * ROUNDS
+"Ten kills, two pauses and a full disk a round; the seed shuffles their order and timing."
+RUNS_DISK = "512m"
+"The run folder's own filesystem: a run here writes about 150 MB (two checkpoints kept)."
 HEARTBEAT_S = 1.0
 ACK_WAIT_S = 3.0
 PAUSE_S = max(ACK_WAIT_S, MISSED_BEATS * HEARTBEAT_S) + 2.0
@@ -147,12 +156,14 @@ class Chaos:
     on. The learner is killed when it has trained a step that no checkpoint holds yet, the
     moment a sample could be trained twice; the others at a random phase of their work."""
 
-    def __init__(self, bus, server, run_dir) -> None:
-        self.bus, self.server, self.run_dir = bus, server, run_dir
+    def __init__(self, bus, server, run_dir, runs_disk: Path | None = None) -> None:
+        self.bus, self.server, self.run_dir, self.runs_disk = bus, server, run_dir, runs_disk
         self.rng = random.Random(SEED)
         self.killed: list[tuple[str, int]] = []
         self.paused: list[tuple[str, int]] = []
         "(kind or 'nats', pid) of each process frozen and thawed."
+        self.disk_full: list[float] = []
+        "Seconds the disk stayed full each time: until the learner's checkpoint waited for room."
         self.last_server_start = 0.0
 
     async def wait_until(self, predicate, timeout_s: float = 180.0) -> StackStatus:
@@ -194,6 +205,8 @@ class Chaos:
                 await self.pause_server()
             elif target == "pause":
                 await self.pause_actor(self.pick(snap, self.rng.choice(KINDS)))
+            elif target == DISK_FULL:
+                await self.fill_disk()
             else:
                 actor = self.pick(snap, target)
                 os.kill(actor.pid, signal.SIGKILL)
@@ -224,6 +237,38 @@ class Chaos:
         await until(lambda: said("actor.responsive"), 60,
                     f"actor.responsive for the thawed {actor.instance} (pid {actor.pid})")
 
+    async def fill_disk(self) -> None:
+        """Fill the run folder's filesystem until the learner's checkpoint waits for room
+        (its `learner.disk_full` gauge), free it, and see the checkpoint written (the gauge
+        back to 0, `learner.disk_room_back` in its log) with every actor process the same
+        as before: none died of the full disk."""
+        assert self.runs_disk is not None, "a disk-full fault needs the run folder's own disk"
+
+        async def all_ready(snap: StackStatus) -> bool:
+            return healthy(snap, self.last_server_start)
+
+        before = await self.wait_until(all_ready)
+
+        async def learner_gauge(value: float) -> bool:
+            snap = await patiently(lambda: gather(self.bus))
+            return any(a.kind == "learner" and a.state == "ready"
+                       and a.stats.get("learner.disk_full") == value for a in snap.actors)
+
+        filler = await anyio.to_thread.run_sync(fill, self.runs_disk)
+        began = time.monotonic()
+        try:
+            await until(lambda: learner_gauge(1.0), 120, "the learner's checkpoint waiting for room")
+        finally:
+            filler.unlink()
+        waited = time.monotonic() - began
+        await until(lambda: learner_gauge(0.0), 120, "the learner's checkpoint written once freed")
+        await until(lambda: sum(e["event"] == "learner.disk_room_back" for e in events(
+                        self.run_dir, "learner-1")) > len(self.disk_full), 60,
+                    "learner.disk_room_back in the learner's log")
+        after = await self.wait_until(all_ready)
+        assert pids(after) == pids(before), "an actor died while the disk was full"
+        self.disk_full.append(round(waited, 1))
+
     async def pause_server(self) -> None:
         """Freeze the server past the ack wait and the clients' ping limit, then thaw it; the
         supervisor's connection says it went and came back."""
@@ -250,6 +295,11 @@ class Chaos:
             return (bool(steps) and steps[-1]["event"] == "learner.step_completed"
                     and steps[-1]["fields"]["step"] % CHECKPOINT_EVERY != 0)
         await until(unsaved, 120, "the learner past a step it has not checkpointed")
+
+
+def pids(snap: StackStatus) -> dict[str, int]:
+    """Each ready instance's process id."""
+    return {a.instance: a.pid for a in snap.actors if a.state == "ready"}
 
 
 async def drained(bus, run_dir) -> bool:
@@ -300,16 +350,24 @@ def fates_with_reasons(record: LearnerRecord, verdicts: dict[str, Verdict]) -> d
     return {vid: verdicts[vid].cause if fate == "dropped" else fate for vid, fate in fates}
 
 
-async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_server):
-    """Ten kill -9s (each of the seven kinds, the learner and the server twice) and two freezes
-    (an actor, the server) during a run; afterwards every admitted attempt has exactly one
+@pytest.fixture
+def runs_disk(tmp_path):
+    """The stack's runs folder on a filesystem of its own (`RUNS_DISK`), for the disk-full
+    fault; set up before the stack, so it is unmounted after the stack has stopped."""
+    with small_disk(tmp_path / "runs", RUNS_DISK) as folder:
+        yield folder
+
+
+async def test_chaos_every_admitted_attempt_has_one_fate(runs_disk, make_stack, bus, nats_server):
+    """Ten kill -9s (each of the seven kinds, the learner and the server twice), two freezes
+    (an actor, the server) and a full disk under the run folder during a run; afterwards every admitted attempt has exactly one
     verdict and exactly one fate in the surviving learner updates (trained, or left out with a
     reason), none trained twice, every verdict one trial record, every round started one
     report, and the queues drain."""
     stack = make_stack(CONFIG, f"ack_wait_s = {ACK_WAIT_S}\nrequest_timeout_s = 2.0\n"
                        f"max_deliver = {patient_max_deliver(ACK_WAIT_S)}")
     await anyio.to_thread.run_sync(stack.start)
-    chaos = Chaos(bus, nats_server, stack.run_dir)
+    chaos = Chaos(bus, nats_server, stack.run_dir, runs_disk)
     began = time.monotonic()
     recovered = await chaos.run()
     chaos_s = time.monotonic() - began
@@ -319,11 +377,13 @@ async def test_chaos_every_admitted_attempt_has_one_fate(make_stack, bus, nats_s
     pauses = Counter(kind for kind, _ in chaos.paused)
     assert sum(kills.values()) == 10 * ROUNDS and set(kills) == {*KINDS, "nats"}, kills
     assert sum(pauses.values()) == 2 * ROUNDS and "nats" in pauses, pauses
+    assert len(chaos.disk_full) == ROUNDS, chaos.disk_full
     assert recovered, "after the last fault every actor is back, reconnected, and work flows"
     outcome = await reconcile(bus, stack)
     rounds = await reconcile_rounds(bus, stack.run_dir)
     print(f"chaos seed {SEED}, replicas {REPLICAS}, {chaos_s:.0f} s, kills {dict(kills)}, "
-          f"pauses {dict(pauses)}, {outcome}, {rounds}")
+          f"pauses {dict(pauses)}, disk full {len(chaos.disk_full)} (full for "
+          f"{chaos.disk_full} s), {outcome}, {rounds}")
 
 
 async def reconcile(bus, stack) -> str:

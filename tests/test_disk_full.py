@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.support.disk import mount_tmpfs, unmount
+
 
 @pytest.mark.unit
 def test_a_full_disk_under_the_log_file_never_raises_and_says_so_once(tmp_path):
@@ -28,19 +30,6 @@ def test_a_full_disk_under_the_log_file_never_raises_and_says_so_once(tmp_path):
     assert '"i":5' in (tmp_path / "s1.jsonl").read_text()
 
 
-def _mount_tmpfs(folder, size: str) -> None:
-    import subprocess
-
-    folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], check=True)
-
-
-def _unmount(folder) -> None:
-    import subprocess
-
-    subprocess.run(["umount", "-l", str(folder)], check=False)
-
-
 @pytest.mark.bus
 async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus, nats_server, tmp_path):
     """The learner's checkpoint folder is a 4 MB filesystem, too small for the tiny model's
@@ -58,7 +47,7 @@ async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus
     from tests.test_learner import second_bus, tiny_run_config, verdict_for
 
     ckpt = tmp_path / "ckpt"
-    _mount_tmpfs(ckpt, "4m")
+    mount_tmpfs(ckpt, "4m")
     cfg = tiny_run_config(tmp_path)
     gen_bus, learn_bus = await second_bus(nats_server, "generator"), await second_bus(nats_server, "learner")
 
@@ -91,7 +80,7 @@ async def test_a_full_disk_pauses_the_learners_checkpoint_until_room_returns(bus
     finally:
         await gen_bus.close()
         await learn_bus.close()
-        _unmount(ckpt)
+        unmount(ckpt)
     names = [e["event"] for e in logs]
     assert names.count("learner.disk_full") == 1, names
     assert "learner.disk_room_back" in names
@@ -121,7 +110,7 @@ async def test_a_full_disk_pauses_a_two_rank_checkpoint_until_room_returns(bus, 
     from policy.model import model_dir
 
     ckpt = tmp_path / "ckpt"
-    _mount_tmpfs(ckpt, "4m")
+    mount_tmpfs(ckpt, "4m")
     cfg = tiny_run_config(tmp_path, batch_size=4, group_size=2)
     # The model made once before the ranks start: two ranks making it at once race (one
     # reads the folder while the other writes it) on a machine where it is not cached yet.
@@ -154,7 +143,7 @@ async def test_a_full_disk_pauses_a_two_rank_checkpoint_until_room_returns(bus, 
         shards = sorted(p.name[:19] for p in ckpt.glob("step*/*optim_states.pt"))
     finally:
         await learn_bus.close()
-        _unmount(ckpt)
+        unmount(ckpt)
     names = [e["event"] for e in logs]
     assert names.count("learner.disk_full") == 1, names
     assert names.index("learner.disk_full") < names.index("learner.disk_room_back")
