@@ -78,3 +78,22 @@ def test_a_dropped_attempt_gets_no_reward(built_envs):  # noqa: F811
         rewards = reward([task.prompt], [text], task_json=[task_column(task)])
         assert reward.last[0].judgement.outcome == "dropped"
     assert rewards == [None]
+
+
+def test_a_completion_cut_at_the_token_limit_fails_unread_when_the_judge_says_so(built_envs):  # noqa: F811
+    """With `[judge] truncated = "fail"` a completion of `max_new_tokens` ids that ends in
+    neither EOS nor a stop string is the model's failure (`model.truncated`), as whetstone's
+    own judge scores its generator's; the same text shorter than the limit, or ended by EOS,
+    is judged on its text (a pass here); with "judged" the limit changes nothing."""
+    task, text = next((t, c) for t, c in _cases() if c.endswith("```"))
+    cut, short, eos = [5, 6, 7, 8], [5, 6, 7], [5, 6, 7, 0]
+    judge = JudgeConfig(truncated="fail")
+    with JudgeReward(judge, SANDBOX, max_new_tokens=4, stops=("\n```\n",), eos_id=0) as reward:
+        reward([task.prompt] * 3, [text] * 3, task_json=[task_column(task)] * 3,
+               completion_ids=[cut, short, eos])
+        outcomes = [(j.judgement.outcome, j.judgement.cause) for j in reward.last]
+    assert outcomes[0] == ("fail", "model.truncated")
+    assert outcomes[1][0] == outcomes[2][0] == "pass", outcomes
+    with JudgeReward(JudgeConfig(), SANDBOX, max_new_tokens=4, eos_id=0) as reward:
+        reward([task.prompt], [text], task_json=[task_column(task)], completion_ids=[cut])
+        assert reward.last[0].judgement.outcome == "pass"

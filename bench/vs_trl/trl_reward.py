@@ -11,7 +11,10 @@ An attempt still dropped after its re-runs (an infrastructure failure) gets None
 None as "no reward" (NaN): the completion is left out of its group's mean and std and gets
 advantage 0, the nearest TRL has to whetstone's "dropped from training" (its tokens still
 count in TRL's loss normaliser). Every other outcome (pass, fail, hack) gets the judgement's
-reward unchanged.
+reward unchanged. With `[judge] truncated = "fail"` a completion TRL cut at its token limit
+(`max_new_tokens` ids, no EOS, no stop string at its end: from the `completion_ids` TRL
+passes) is the model's failure unread, as whetstone's generator marks it (finish reason
+"length") for its own judge.
 
 It imports no trl: TRL only calls it. The sandbox stays open between calls on an event loop
 of its own (a blocking portal), so warm sandboxes are reused; `close()` ends both.
@@ -57,8 +60,12 @@ class JudgeReward:
 
     __name__ = "whetstone_judge"  # TRL names a reward function's metrics after it
 
-    def __init__(self, judge: JudgeConfig, sandbox: Any, *, concurrency: int = 4) -> None:
+    def __init__(self, judge: JudgeConfig, sandbox: Any, *, concurrency: int = 4,
+                 max_new_tokens: int = 0, stops: tuple[str, ...] = (),
+                 eos_id: int | None = None) -> None:
         self.judge, self.concurrency = judge, concurrency
+        self.max_new_tokens, self.stops, self.eos_id = max_new_tokens, stops, eos_id
+        "What tells a completion cut at the token limit (no limit known: none is)."
         self._exit = contextlib.ExitStack()
         self._portal = self._exit.enter_context(start_blocking_portal())
         self._backend = self._portal.call(open_backend, sandbox, concurrency)
@@ -75,13 +82,16 @@ class JudgeReward:
         self.calls += 1
         tasks: dict[str, Task] = {}
         attempts = []
+        ids = columns.get("completion_ids") or [None] * len(completions)
         for i, (completion, text) in enumerate(zip(completions, task_json, strict=True)):
             if text not in tasks:  # a group's rows share one task: decode it once
                 tasks[text] = msgspec.json.decode(text, type=Task)
             task = tasks[text]
             aid = f"trl-{self.calls:06d}.{i}"
-            turn = Turn(prompt_ids=b"", completion_ids=b"", logprobs=b"",
-                        completion=completion_text(completion), policy_version=0)
+            said = completion_text(completion)
+            turn = Turn(prompt_ids=b"", completion_ids=b"", logprobs=b"", completion=said,
+                        policy_version=0,
+                        finish_reason="length" if self.cut(ids[i], said) else "stop")
             attempts.append(Attempt(attempt_id=aid, group_id=f"trl-{self.calls:06d}", index=i,
                                     group_size=len(completions), task=task, turns=[turn],
                                     policy_version=0))
@@ -92,6 +102,12 @@ class JudgeReward:
 
     async def _judge(self, attempts: list[Attempt]) -> list[Judged]:
         return await judge_all(attempts, self._backend, self.judge, concurrency=self.concurrency)
+
+    def cut(self, ids: list[int] | None, text: str) -> bool:
+        """Whether a completion of token `ids` and `text` ran into the token limit."""
+        return (self.max_new_tokens > 0 and ids is not None and len(ids) >= self.max_new_tokens
+                and (not ids or ids[-1] != self.eos_id)
+                and not any(text.endswith(stop) for stop in self.stops))
 
     def close(self) -> None:
         """Close the sandbox backend and stop the portal's event loop."""

@@ -184,8 +184,10 @@ def train(cfg, tasks: dict[str, list[Task]], out_dir: Path) -> dict[str, Any]:
     model = load_model(cfg.model, "float32")
     # TRL calls `generate` without the tokenizer, which stop strings need.
     model.generate = functools.partial(model.generate, tokenizer=tokenizer)
-    with JudgeReward(cfg.judge, cfg.executor.sandbox,
-                     concurrency=cfg.executor.concurrency) as reward:
+    with JudgeReward(cfg.judge, cfg.executor.sandbox, concurrency=cfg.executor.concurrency,
+                     max_new_tokens=cfg.generator.sampling.max_new_tokens,
+                     stops=tuple(cfg.generator.sampling.stop),
+                     eos_id=tokenizer.eos_token_id) as reward:
         curve = make_curve_callback(reward, cfg.training.batch_size, cfg.training.group_size,
                                     list(cfg.generator.sampling.stop))
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=GRPOConfig(**settings),
