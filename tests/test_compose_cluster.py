@@ -1,8 +1,10 @@
-"""The cluster override and the learner-ranks profile brought up for real: the compose stack
-on three routed NATS nodes with the learner as two ranks in two containers trains, a node
-is killed and started again while it trains, and `down` removes it all.
+"""The cluster, TLS and learner-ranks stacks together, brought up for real: the compose
+stack on three routed NATS nodes that each require TLS and a client certificate, with the
+learner as two ranks in two containers, trains; a node is killed and started again while it
+trains, and `down` removes it all.
 
-Same engine and images as tests/test_compose.py (cached by content hash); the config is
+Same engine and images as tests/test_compose.py (cached by content hash); the files are
+docker-compose.yml, .cluster.yml, .tls.yml and .cluster.tls.yml, the config
 configs/compose-cluster-ranks.toml. The stack's tiny model passes nothing, so its own groups
 carry no signal and the learner only renumbers; the test adds groups with signal to the
 verdict stream (as a judge would), which the two ranks then train on. The stack is torn
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import anyio
 import pytest
 
 from bench.compose import project as cs
@@ -31,25 +34,27 @@ ACTORS = ["sampler", "generator", "judge", "executor", "learner", "learner_rank"
 
 @pytest.fixture
 def cluster(tmp_path):
-    """A compose project of the cluster override and the learner-ranks profile; taken down
-    (volumes too) after the test."""
+    """A compose project of the cluster and TLS overrides and the learner-ranks profile;
+    taken down (volumes too) after the test."""
     engine_with_images()
-    project = cs.Project.create(tmp_path / "secrets")
-    project.env.update({
-        "COMPOSE_FILE": "docker-compose.yml:docker-compose.cluster.yml",
-        "COMPOSE_PROFILES": "learner-ranks", "WHET_CONFIG": "compose-cluster-ranks.toml",
-        "WHET_NATS_PORT_2": str(cs.free_port()), "WHET_NATS_PORT_3": str(cs.free_port())})
+    project = cs.Project.create(tmp_path / "secrets", tls=True, cluster=True)
+    project.env.update({"COMPOSE_PROFILES": "learner-ranks",
+                        "WHET_CONFIG": "compose-cluster-ranks.toml"})
     yield project
     subprocess.run(["docker", "compose", "down", "--volumes", "--timeout", "5"], cwd=cs.ROOT,
                    env=project.env, capture_output=True, timeout=180)
 
 
 async def test_cluster_with_two_learner_ranks_trains_through_a_node_kill(cluster):
-    """up: three nodes and every actor healthy, rank 1 in its own container; two trained
-    versions; streams hold 3 replicas; `nats-2` killed, a trained version more while it is
-    down, started again; `down` leaves no container."""
+    """up: three nodes and every actor healthy, rank 1 in its own container, every node
+    requiring TLS and a client certificate; two trained versions; streams hold 3 replicas;
+    `nats-2` killed, a trained version more while it is down, started again and reached by
+    its own name over TLS; `down` leaves no container."""
     await cluster.compose("up", "-d", timeout_s=400)
     await cluster.wait_healthy(NODES + ACTORS, timeout_s=400)
+    for port in ("WHET_NATS_PORT", "WHET_NATS_PORT_2", "WHET_NATS_PORT_3"):
+        info = cs.server_info("127.0.0.1", int(cluster.env[port]))
+        assert info["tls_required"] and info["tls_verify"], info
     status = cluster.whet("status", "--json")
     assert status.returncode == 0, status.stderr
     ready = {a["kind"] for a in json.loads(status.stdout)["actors"] if a["state"] == "ready"}
@@ -65,12 +70,26 @@ async def test_cluster_with_two_learner_ranks_trains_through_a_node_kill(cluster
         await trained_version(bus, "c", second.object_name)
         await cluster.compose("start", "nats-2", timeout_s=60)
         await cluster.wait_healthy(NODES, timeout_s=120)
+        assert await status_inside(cluster, "nats-2")
     finally:
         await bus.close()
     logs = await cluster.compose("logs", "--no-color", "learner_rank", check=False)
     assert "learner.rank_seated" in logs, logs[-3000:]
     await cluster.compose("down", timeout_s=180)
     assert await cluster.containers() == []
+
+
+async def status_inside(project: cs.Project, node: str) -> set[str]:
+    """The kinds `whet status` lists as ready when run in a `setup` container (admin's
+    certificate) against `node` alone, by the name the server's certificate must cover."""
+    command = ["docker", "compose", "run", "--rm", "--no-deps", "-e", "WHET_NATS_USER=admin",
+               "-e", "WHET_NATS_PASSWORD_FILE=/run/secrets/admin", "setup", "status", "--json",
+               "--url", f"nats://{node}:4222"]
+    with anyio.fail_after(120):
+        proc = await anyio.run_process(command, cwd=cs.ROOT, env=project.env, check=False)
+    out = proc.stdout.decode(errors="replace")
+    assert proc.returncode == 0, out[-2000:] + proc.stderr.decode(errors="replace")[-2000:]
+    return {a["kind"] for a in json.loads(out[out.index("{"):])["actors"] if a["state"] == "ready"}
 
 
 async def trained_version(bus, tag: str, after: str, tries: int = 3):

@@ -3,7 +3,7 @@ them for real): every package is copied into the images, every actor kind is a s
 its own NATS role, health check and init, images are pinned to this environment's versions,
 the NATS service flushes to disk as WHET_NATS_SYNC_INTERVAL says, the container commands
 refuse bad input clearly, and the cluster override runs three routed NATS nodes that every
-actor knows."""
+actor knows (with TLS, each node has the server's files)."""
 
 from __future__ import annotations
 
@@ -164,6 +164,22 @@ def test_the_cluster_override_gives_every_actor_the_three_nodes():
     cfg = load(ROOT / "configs" / "compose-cluster.toml")
     assert cfg.bus.replicas == 3
     assert [urlsplit(u).hostname for u in servers(cfg.bus.url)] == list(nodes)
+
+
+@pytest.mark.unit
+def test_the_cluster_tls_override_gives_every_node_the_server_files():
+    """docker-compose.cluster.tls.yml mounts into nats-2 and nats-3 exactly the server files
+    docker-compose.tls.yml mounts into nats; a node without them (the override left out)
+    stops with a line naming the file to add."""
+    tls = yaml.safe_load((ROOT / "docker-compose.tls.yml").read_text())["services"]
+    over = yaml.safe_load((ROOT / "docker-compose.cluster.tls.yml").read_text())["services"]
+    assert set(over) == {"nats-2", "nats-3"}
+    assert all(over[n]["secrets"] == tls["nats"]["secrets"] for n in over)
+    cluster = yaml.safe_load((ROOT / "docker-compose.cluster.yml").read_text())["services"]
+    for node in over:
+        script = cluster[node]["entrypoint"][2]
+        assert "docker-compose.cluster.tls.yml" in script and "exit 2" in script
+        assert "/etc/nats/tls/server.pem" in script
 
 
 @pytest.mark.bus

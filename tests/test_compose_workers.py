@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
 
@@ -52,7 +51,7 @@ async def test_a_worker_host_joins_takes_work_and_leaves_losing_nothing(hosts):
     first, worker = hosts
     await first.compose("up", "-d", "nats", "setup", timeout_s=300)
     await first.wait_completed("setup", timeout_s=120)
-    info = _server_info(cs.host_address(), first.nats_port)
+    info = cs.server_info(cs.host_address(), first.nats_port)
     assert info["tls_required"] and info["tls_verify"], info  # the port workers dial
     # No admin (it cannot run setup or whet status), no CA key, no server files.
     assert sorted(os.listdir(worker.secrets)) == [*WORKERS, "tls"]
@@ -102,14 +101,6 @@ async def _wait_first_verdict(bus, executors: set[str], timeout_s: float) -> lis
 
     await until(judged, timeout_s, "the worker host judged nothing")
     return found
-
-
-def _server_info(host: str, port: int) -> dict:
-    """The INFO a NATS server sends first on a new connection."""
-    with socket.create_connection((host, port), timeout=10) as s:
-        line = s.makefile("rb").readline()
-    assert line.startswith(b"INFO "), line
-    return json.loads(line[5:])
 
 
 def _instance(container: dict) -> str:

@@ -2,15 +2,17 @@
 
 Consumes docker-compose.yml, a Docker-API engine (`sandbox.engine`: DOCKER_HOST or the
 private dockerd) and the images `deploy.images` builds; produces a project with its own
-name, secrets folder (role passwords and the NATS users block) and free host ports, runs
-`docker compose ...` commands the way a user types them, reads container health from the
-engine, makes a second project of workers only (docker-compose.workers.yml) that joins
-the first through its published NATS port, and builds the attempts the test and bench inject (a `python_io` task whose
-program sleeps, so executor capacity is what limits throughput).
+name, secrets folder (role passwords and the NATS users block) and free host ports, on
+the overrides asked for (TLS, the three-node cluster, both), runs `docker compose ...`
+commands the way a user types them, reads container health and a server's INFO, makes a
+second project of workers only (docker-compose.workers.yml) that joins the first through
+its published NATS port, and builds the attempts the test and bench inject (a `python_io`
+task whose program sleeps, so executor capacity is what limits throughput).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -103,15 +105,17 @@ class Project:
     "NATS requires TLS and client certificates (docker-compose.tls.yml)."
 
     @classmethod
-    def create(cls, folder: Path, tls: bool = False) -> "Project":
+    def create(cls, folder: Path, tls: bool = False, cluster: bool = False) -> "Project":
         """A fresh project name, password files and NATS users block, free host ports; with
         `tls`, certificates (the server's also for this host's outside address) and the
-        TLS override."""
+        TLS override; with `cluster`, the three-node override (and its TLS one with `tls`:
+        the server's certificate then also names the other nodes)."""
         folder.mkdir(parents=True, exist_ok=True)
         passwords = credentials.ensure_passwords(folder)
         text = auth.server_config(auth.AuthConfig(), passwords)
         if tls:
-            certs.ensure(credentials.tls_dir(folder), [host_address()])
+            hosts = [*(CLUSTER_NODES if cluster else ()), host_address()]
+            certs.ensure(credentials.tls_dir(folder), hosts)
             text += credentials.server_tls_block(Path("/etc/nats/tls"))
         fd = os.open(folder / "nats-auth.conf", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -121,8 +125,9 @@ class Project:
         env = {**os.environ, "DOCKER_HOST": engine.engine_url(), "COMPOSE_PROJECT_NAME": name,
                "WHET_SECRETS_DIR": str(folder), "WHET_NATS_PORT": str(port),
                "WHET_METRICS_PORT": str(free_port())}
-        if tls:
-            env["COMPOSE_FILE"] = "docker-compose.yml:docker-compose.tls.yml"
+        if cluster:
+            env.update(WHET_NATS_PORT_2=str(free_port()), WHET_NATS_PORT_3=str(free_port()))
+        env["COMPOSE_FILE"] = ":".join(compose_files(tls, cluster))
         return cls(name, env, folder, port, tls=tls)
 
     def admin_tls(self) -> dict[str, str]:
@@ -207,6 +212,26 @@ class Project:
 
 WORKERS_FILE = "docker-compose.workers.yml"
 WORKERS_TLS_FILE = "docker-compose.workers.tls.yml"
+CLUSTER_NODES = ("nats-2", "nats-3")
+"The cluster override's nodes beside `nats`: names clients and routes dial them by."
+
+
+def compose_files(tls: bool, cluster: bool) -> list[str]:
+    """The compose files of a stack, in the order they override each other."""
+    files = ["docker-compose.yml"]
+    files += ["docker-compose.cluster.yml"] if cluster else []
+    files += ["docker-compose.tls.yml"] if tls else []
+    files += ["docker-compose.cluster.tls.yml"] if tls and cluster else []
+    return files
+
+
+def server_info(host: str, port: int) -> dict:
+    """The INFO a NATS server sends first on a new connection."""
+    with socket.create_connection((host, port), timeout=10) as s:
+        line = s.makefile("rb").readline()
+    if not line.startswith(b"INFO "):
+        raise ValueError(f"{host}:{port} sent {line[:200]!r}, not a NATS INFO line")
+    return json.loads(line[5:])
 
 
 def host_address() -> str:
