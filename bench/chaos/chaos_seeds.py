@@ -4,8 +4,9 @@ Usage: `PYTHONPATH=. .venv/bin/python bench/chaos/chaos_seeds.py [--seeds 1-10] 
 [--rounds 1] [--out bench/chaos/results/chaos_seeds.txt]`. Replicas alternate over the seeds.
 Each run's summary line or its failure goes to the output file and to stdout: kills by kind
 (all seven actor kinds and the server), pauses by kind (SIGSTOP of one actor and of the
-server), `admitted N = trained T + left out L` with the reasons, learner steps, rounds
-started and reported, trials. Each run's whole pytest output is kept beside the output file
+server), full disks (how many, and seconds full until the learner's checkpoint waited),
+`admitted N = trained T + left out L` with the reasons, learner steps, rounds started and
+reported, trials. Each run's whole pytest output is kept beside the output file
 (`<out>.d/seed<N>.log`). A benchmark, not a test: about 2-4 minutes a run here.
 """
 
