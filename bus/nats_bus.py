@@ -97,8 +97,9 @@ class _ConnectionWatch:
     login stops the connect attempt, and errors while closing stay quiet, as do those of the
     first connect (kept in `connect_error`: the connect's own error names the last one)."""
 
-    def __init__(self, user: str) -> None:
-        self.user = user
+    def __init__(self, settings: BusSettings) -> None:
+        self.settings = settings
+        self.user = settings.user
         self.closing = False
         self.denied: dict[str, float] = {}
         """Subjects the server refused (lowercased: nats-py lowercases the error text), with
@@ -127,7 +128,9 @@ class _ConnectionWatch:
                 self.tls_refused = exc
                 self.connecting.cancel()  # a refused certificate stays refused
             else:
-                log.error("bus.tls_failed", error=exc.reason or str(exc))
+                s = self.settings  # a reconnect, to another node of a cluster perhaps
+                log.error("bus.tls_failed",
+                          error=tls.explain(exc, s.url, s.tls_ca_file, s.tls_cert_file))
         elif self.connecting is not None:
             self.connect_error = text or type(exc).__name__
         elif not self.closing:
@@ -179,7 +182,7 @@ class Bus(StreamTopology, KeyValueCalls, StreamReads, StreamReclaim, RequestRepl
         self.stats = ActorStats()
         self.stopping = anyio.Event()
         "Set when the process should stop taking new work and drain."
-        self.watch = _ConnectionWatch(settings.user)
+        self.watch = _ConnectionWatch(settings)
         "Connection-level news from the client: closing, refused subjects."
 
     @classmethod
@@ -190,7 +193,7 @@ class Bus(StreamTopology, KeyValueCalls, StreamReads, StreamReclaim, RequestRepl
         retry it forever), a refused TLS handshake or certificate file TlsFailed; no server
         within the timeout raises BusUnavailable, in one line naming the last error.
         """
-        watch = _ConnectionWatch(settings.user)
+        watch = _ConnectionWatch(settings)
         options = _client_options(settings, identity, watch)
         deadline = time.monotonic() + settings.connect_timeout_s
 

@@ -10,6 +10,7 @@ unreadable file is a `TlsFailed` before any connection is tried. It makes no cer
 from __future__ import annotations
 
 import logging
+import re
 import ssl
 from pathlib import Path
 
@@ -25,6 +26,8 @@ class _QuietEof(logging.Filter):
 
 _QUIET_EOF = _QuietEof()
 REMAKE = "make them with 'whet auth certs <secrets folder>' (--renew replaces expired ones)"
+NAME_MISMATCH = (62, 64)
+"OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH."
 
 
 def context(ca_file: str, cert_file: str, key_file: str) -> ssl.SSLContext | None:
@@ -60,8 +63,16 @@ def is_refusal(exc: ssl.SSLError) -> bool:
 
 
 def explain(exc: ssl.SSLError, url: str, ca_file: str, cert_file: str) -> str:
-    """Why the TLS handshake with `url` failed, naming the file at fault."""
+    """Why the TLS handshake with `url` failed, naming the file at fault (or the name the
+    server's certificate lacks, and the `--host` that adds it)."""
     reason = exc.reason or str(exc)
+    if isinstance(exc, ssl.SSLCertVerificationError) and exc.verify_code in NAME_MISMATCH:
+        named = re.search(r"not valid for '([^']+)'", exc.verify_message or "")
+        host = named[1] if named else "the host this client dials"
+        return (f"the server's certificate (at {url}) does not name {host}, which this client "
+                f"dials: remake it with 'whet auth certs <secrets folder> --renew --host {host}' "
+                f"and a --host for every other name clients reach a server by (nats-2 and nats-3 "
+                f"too for the compose cluster), then restart the server")
     if isinstance(exc, ssl.SSLCertVerificationError):
         trusted = ca_file or "the system's CAs"
         return (f"the server's certificate at {url} is not trusted by {trusted}: "

@@ -3,8 +3,9 @@
 A client presenting its role's certificate connects and works within its role's subjects
 (and is still refused another role's); a plaintext client, a client without a certificate
 and one whose certificate comes from another CA are refused; an expired or missing
-certificate is an error naming the file and `whet auth certs`. `whet up` with `[auth] tls`
-makes the files, and its actors and CLI connect with them.
+certificate is an error naming the file and `whet auth certs`, a server certificate that
+lacks the name dialed one naming the `--host` to add. `whet up` with `[auth] tls` makes the
+files, and its actors and CLI connect with them.
 """
 
 from __future__ import annotations
@@ -193,6 +194,18 @@ async def test_a_certificate_from_another_ca_is_refused(server, secrets, other_c
                                tls_ca_file=str(certs.cert_path(other_ca, certs.CA)))
     message = await refused(wrong_trust)
     assert "not trusted by " + str(certs.cert_path(other_ca, certs.CA)) in message
+
+
+@pytest.mark.bus
+async def test_a_server_certificate_without_the_dialed_name_says_which_host_to_add(server,
+                                                                                  secrets):
+    """A server dialed by a name its certificate lacks (a cluster node's, say) is refused
+    with the name and the `whet auth certs --host` that adds it, not a CA to change."""
+    # 127.1 reaches 127.0.0.1, but the certificate names only localhost, 127.0.0.1 and nats.
+    url = server.url.replace("127.0.0.1", "127.1")
+    message = await refused(settings_for(url, secrets, "executor"))
+    assert "does not name 127.1" in message, message
+    assert "--renew --host 127.1" in message and "WHET_NATS_CA" not in message
 
 
 @pytest.mark.bus
