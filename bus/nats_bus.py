@@ -99,7 +99,6 @@ class _ConnectionWatch:
 
     def __init__(self, settings: BusSettings) -> None:
         self.settings = settings
-        self.user = settings.user
         self.closing = False
         self.denied: dict[str, float] = {}
         """Subjects the server refused (lowercased: nats-py lowercases the error text), with
@@ -119,7 +118,7 @@ class _ConnectionWatch:
             operation = "publish" if refused[1].lower() == "publish" else "subscribe"
             self.denied[refused[2]] = time.monotonic()
             log.error("bus.permission_denied", operation=operation, subject=refused[2],
-                      user=self.user)
+                      user=self.settings.user)
         elif "authorization violation" in text.lower() and self.connecting is not None:
             self.login_refused = text
             self.connecting.cancel()  # nats-py would retry a refused login forever

@@ -4,9 +4,10 @@ Consumes results/ablation/<variant>-s<seed>.json; produces a markdown table, one
 variant (its seeds pooled: a task's pass rate is its share of passing runs): pass rate at
 the last round with its 95% Wilson interval over tasks, the paired change since version 0
 and against its base's runs of the same seeds at the last round (tasks gained and lost,
-exact sign-test p: `envs.stats`), mean samples trained and mean whole-stack CPU seconds per run. A result's
-`base` names the variant whose runs are the default it changed one factor of (the default
-changed once: runs before it have base `trunc_judged`). It runs nothing and decides nothing.
+exact sign-test p: `envs.stats`), mean samples trained and mean whole-stack CPU seconds per
+run. A result's `base` names the variant whose runs are the default it changed one factor
+of (the default changed once: runs before it have base `trunc_judged`). It runs nothing and
+decides nothing.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ class JudgeReward:
     def cut(self, ids: list[int] | None, text: str) -> bool:
         """Whether a completion of token `ids` and `text` ran into the token limit."""
         return (self.max_new_tokens > 0 and ids is not None and len(ids) >= self.max_new_tokens
-                and (not ids or ids[-1] != self.eos_id)
+                and ids[-1] != self.eos_id
                 and not any(text.endswith(stop) for stop in self.stops))
 
     def close(self) -> None:

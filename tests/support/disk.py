@@ -12,7 +12,8 @@ import errno
 import subprocess
 from pathlib import Path
 
-CHUNK = 1 << 20
+BLOCKS = (1 << 20, 4096)
+"Write sizes, largest first: the small one takes what a refused large block left."
 
 
 def mount_tmpfs(folder: Path, size: str) -> None:
@@ -40,16 +41,12 @@ def fill(folder: Path) -> Path:
     """Write a filler file in `folder` until its filesystem is full; returns its path. Only
     ENOSPC ends it; another error raises."""
     filler = folder / "filler.bin"
-    block = b"\0" * CHUNK
     with open(filler, "wb", buffering=0) as out:
-        try:
-            while True:
-                out.write(block)
-        except OSError as exc:
-            if exc.errno != errno.ENOSPC:
-                raise
-    with contextlib.suppress(OSError):  # what a partial last block left
-        with open(filler, "ab", buffering=0) as out:
-            while True:
-                out.write(b"\0" * 4096)
+        for size in BLOCKS:
+            try:
+                while True:
+                    out.write(b"\0" * size)
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
     return filler
