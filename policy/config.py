@@ -240,6 +240,8 @@ class WarmstartConfig(Section):
     "Domains whose training tasks give demonstrations ('' list: every domain in the mix)."
     per_task: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     "Demonstrations per task (a scripted agent varies its order and first edit between them)."
+    tasks_per_domain: Annotated[int, msgspec.Meta(ge=0)] = 0
+    "Most training tasks per domain that give demonstrations, in intake order (0: all)."
     epochs: Annotated[float, msgspec.Meta(gt=0.0, le=100.0)] = 1.0
     "Passes over the demonstrations."
     batch_size: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 8

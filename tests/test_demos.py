@@ -216,13 +216,18 @@ def _whet(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.bus
 def test_whet_demos_writes_a_file_read_demos_reads(config_file, tmp_path, built_envs):  # noqa: F811
-    """`whet demos` writes JSON lines of Demo and prints one summary line."""
+    """`whet demos` writes JSON lines of Demo and prints one summary line; without --limit
+    the config's [warmstart] tasks_per_domain bounds the tasks."""
     out = tmp_path / "out" / "demos.jsonl"
     r = _whet("--config", str(config_file), "--out", str(out), "--domains", "structured",
               "--limit", "2")
     assert r.returncode == 0, r.stderr
     assert len(read_demos(out)) == 2
     assert r.stdout.count("\n") == 1 and "structured: 2 tasks, 2 kept, 0 failed" in r.stdout
+    config_file.write_text(CONFIG + "[warmstart]\ntasks_per_domain = 1\n")
+    r = _whet("--config", str(config_file), "--out", str(out), "--domains", "structured")
+    assert r.returncode == 0, r.stderr
+    assert len(read_demos(out)) == 1 and "structured: 1 tasks, 1 kept" in r.stdout
 
 
 @pytest.mark.unit

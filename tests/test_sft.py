@@ -350,6 +350,9 @@ def test_the_warmstart_stage_trains_once_and_points_the_rl_stage_at_its_model(tm
     assert done["fields"]["steps"] == report["steps"] == 2
     assert done["fields"]["loss_first"] == report["loss"][0]
     assert done["fields"]["loss_last"] == report["loss"][-1] and done["fields"]["seconds"] > 0
+    stage = json.loads((rd.path / "warmstart" / "stage.json").read_text())
+    assert stage["demos"] == 4 and stage["cpu_s"] >= stage["sft_cpu_s"] > 0
+    assert done["fields"]["stage_cpu_s"] == stage["cpu_s"]
     stamp = (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns
     assert warmstart.prepare(cfg, rd).model.path == str(model)
     assert (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns == stamp

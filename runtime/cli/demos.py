@@ -31,7 +31,8 @@ DomainsOpt = Annotated[Optional[str], typer.Option(
     help="Comma-separated domains (default: [warmstart] domains, else every domain of the mix).")]
 PerTaskOpt = Annotated[Optional[int], typer.Option(
     "--per-task", min=1, max=64, help="Episodes per tool task (default: [warmstart] per_task).")]
-LimitOpt = Annotated[int, typer.Option(min=0, help="Most training tasks per domain (0: all).")]
+LimitOpt = Annotated[Optional[int], typer.Option(
+    min=0, help="Most training tasks per domain, 0 all (default: [warmstart] tasks_per_domain).")]
 
 
 def domains_of(cfg: RunConfig, given: str | None) -> list[str]:
@@ -61,14 +62,15 @@ def summary(made: Made, out: Path) -> str:
 
 @friendly
 def demos(config: ConfigOpt, out: OutOpt, domains: DomainsOpt = None,
-          per_task: PerTaskOpt = None, limit: LimitOpt = 0) -> None:
+          per_task: PerTaskOpt = None, limit: LimitOpt = None) -> None:
     """Write demonstrations of the config's training tasks for the warm start."""
     log_mod.configure(kind="cli", instance="demos", level="warning")
     cfg = config_mod.load(config)
     chosen = domains_of(cfg, domains)
     if out.is_dir():
         raise WhetError(f"demos: --out {out}: a folder; give a file name")
-    made = anyio.run(demos_of, cfg, chosen, per_task or cfg.warmstart.per_task, limit)
+    made = anyio.run(demos_of, cfg, chosen, per_task or cfg.warmstart.per_task,
+                     cfg.warmstart.tasks_per_domain if limit is None else limit)
     for error in made.errors:
         typer.echo(f"whet demos: {error}", err=True)
     write_demos(out, made.demos)

@@ -2,7 +2,8 @@
 
 Consumes the run's config and its run directory. When `[warmstart] enabled`, trains on the
 demonstrations (the `[warmstart] demos` file, or, when '', those `envs.demos.make_demos`
-makes from the training split) into <run>/warmstart/ (`policy.warmstart`), logs one
+makes from the training split) into <run>/warmstart/ (`policy.warmstart`; stage.json: the
+stage's seconds and CPU seconds, making demonstrations included), logs one
 `warmstart.done` event, and returns the config with `[model] path` at
 <run>/warmstart/model, written into the run's resolved config too: every actor then starts
 from it as version 0. A run whose warm start is done (sft.json there) is not trained again.
@@ -11,6 +12,9 @@ It starts no actor and touches no bus.
 
 from __future__ import annotations
 
+import json
+import resource
+import time
 from pathlib import Path
 
 import anyio
@@ -35,8 +39,14 @@ def demonstrations(cfg: RunConfig) -> list[Demo]:
     made = anyio.run(lambda: make_demos(
         cfg.envs, cfg.executor.sandbox, seed=cfg.run.seed, judge=cfg.judge,
         domains=cfg.warmstart.domains, per_task=cfg.warmstart.per_task,
-        concurrency=cfg.executor.concurrency))
+        limit=cfg.warmstart.tasks_per_domain, concurrency=cfg.executor.concurrency))
     return made.demos
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
@@ -48,14 +58,21 @@ def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
     if not (out / "sft.json").is_file():
         from policy import warmstart  # torch: the slim image's `whet` never imports it
 
+        began, cpu0 = time.monotonic(), _cpu_s()
         demos = demonstrations(cfg)
+        made_s, made_cpu = time.monotonic() - began, _cpu_s() - cpu0
         report = anyio.run(lambda: warmstart.train(
             demos, cfg.trainer, cfg.warmstart, out, cfg.generator.sampling.stop, cfg.run.seed,
             cfg.warmstart.demos or "demonstrations of the training split"))
+        stage = {"demos": len(demos), "demos_wall_s": round(made_s, 2),
+                 "demos_cpu_s": round(made_cpu, 2), "sft_wall_s": report.wall_s,
+                 "sft_cpu_s": report.cpu_s, "cpu_s": round(_cpu_s() - cpu0, 2),
+                 "wall_s": round(time.monotonic() - began, 2)}
+        (out / "stage.json").write_text(json.dumps(stage, indent=1) + "\n")
         log.info("warmstart.done", steps=report.steps, loss_first=report.loss[0],
                  loss_last=report.loss[-1], seconds=report.wall_s, cpu_s=report.cpu_s,
                  demos=report.demos_used, too_long=len(report.left_out_too_long),
-                 model=str(out / "model"))
+                 stage_cpu_s=stage["cpu_s"], model=str(out / "model"))
     rl = msgspec.structs.replace(cfg, model=msgspec.structs.replace(
         cfg.model, path=str(out / "model")))
     rd.config_file.write_bytes(dump(rl))
