@@ -33,6 +33,7 @@ def test_a_variant_that_gains_significantly_becomes_the_default_and_the_table_sh
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "0.400 (" in rows["default"] and "0.900 (" in rows["step"]
     assert "+0.500 (+10/-0, p=0.002)" in rows["step"]
+    assert "| 0.900 | +0.500 (+0.275, +0.725) |" in rows["step"]  # reward: 1 a pass here
     assert credit_table.choice(tmp_path, 8).startswith(
         'default follows step ({"learner": {"credit": "step"}}): +0.500 (+10/-0, p=0.002)')
 
@@ -59,3 +60,19 @@ def test_variants_start_from_the_defaults_warm_started_model_and_share_its_versi
     assert over["learner"] == {"credit": "step"} and over["evaluator"]["initial_round"] is False
     assert shared == tmp_path / "default-s0.json"
     assert credit_table.overrides_of("default", 0, 8, 60, tmp_path)[1] is None
+
+
+def test_the_ablation_table_sets_a_warm_start_alone_against_its_base_at_both_rounds(tmp_path):
+    """A variant whose results carry the warm start's record gets a line on its version 0
+    against the base's version 0 and last round, with each side's CPU seconds."""
+    result(tmp_path, "default", [False] * 10, [True] * 3 + [False] * 7)
+    result(tmp_path, "warmstart", [True] * 6 + [False] * 4, [True] * 7 + [False] * 3)
+    path = tmp_path / "warmstart-s0.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()),
+                                "warmstart": {"cpu_s": 40.0, "demos": 120}}))
+    text = credit_table.ablation_table.table(tmp_path, 8)
+    [line] = [line for line in text.splitlines() if line.startswith("warmstart: ")]
+    assert "(its v0; 40 CPU-s" in line and "against default at v0: +0.600 (+6/-0, p=0.031)" in line
+    assert "against default at v8 (100 CPU-s for the whole run): +0.300 (+3/-0, p=0.250)" in line
+    result(tmp_path, "warmstart", [True] * 10, [True] * 10)  # no record: no line
+    assert "warmstart: " not in credit_table.ablation_table.table(tmp_path, 8)

@@ -65,6 +65,11 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # (LoRA's best rate is commonly about 10x full fine-tuning's: 3e-5 here)
     "lora_lr3e-4": {"learner": {"lora": {"rank": 16}, "lr": 3e-4}},
     "lora_lr1e-4": {"learner": {"lora": {"rank": 16}, "lr": 1e-4}},
+    # issue 23: a warm start by SFT on the gated reference answers of 60 training tasks per
+    # domain, then the same RL; its version 0 is the warm-started model, so its round is its
+    # own. lr 1e-4 as the repository warm start's (bench/repository/results/warmstart), not
+    # compared
+    "warmstart": {"warmstart": {"enabled": True, "tasks_per_domain": 60, "lr": 1e-4}},
 }
 ("Each factor against today's default: staleness 2, zero-signal groups dropped, the token "
  "mean, the sampler band, truncated answers scored as failures.")
@@ -138,9 +143,11 @@ def left_out(run_dir: Path) -> dict[str, int]:
 
 def shared_initial(out_dir: Path, name: str, seed: int) -> Path | None:
     """The default variant's result of the same seed, whose version-0 round (the same initial
-    weights, greedy in float32, on the same tasks) a variant takes instead of its own."""
+    weights, greedy in float32, on the same tasks) a variant takes instead of its own; none
+    for a variant with a warm start, whose version 0 is the warm-started model."""
     path = out_dir / f"default-s{seed}.json"
-    if name == "default" or not path.exists():
+    warm = VARIANTS.get(name, {}).get("warmstart", {}).get("enabled", False)
+    if name == "default" or warm or not path.exists():  # a warm start has other weights at 0
         return None
     return path if "0" in json.loads(path.read_text()).get("tasks", {}) else None
 
@@ -206,6 +213,9 @@ def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path
               "rounds": {v: h["pass_rates"] for v, h in
                          ((str(v), h) for v, h in heldout_by_version(run_dir).items())},
               "tasks": outcomes(run_dir, steps)}
+    stage = run_dir / "warmstart" / "stage.json"
+    if stage.is_file():  # the warm start's seconds and CPU seconds, its demonstrations included
+        result["warmstart"] = json.loads(stage.read_text())
     if shared is not None:
         initial = json.loads(shared.read_text())
         result["tasks"]["0"] = initial["tasks"]["0"]
