@@ -6,7 +6,9 @@ metrics/train.csv, metrics/eval.csv and plots into an output folder and prints t
 pass rate and mean reward per domain at the first and last evaluated versions, the number
 of samples trained on, and the wall and whole-stack CPU seconds. From the judges' events it
 pairs each round with the first on the same held-out tasks: mean reward change with its
-standard error, tasks whose reward rose or fell, passes gained and lost.
+standard error, tasks whose reward rose or fell, passes gained and lost with the sign test,
+over all held-out tasks and over those of the trained domains; tasks.json keeps each round's
+per-task (reward, outcome) so every paired figure can be recomputed.
 
     python bench/learning/learning_run.py [--config configs/default.toml] [--out bench/learning/results/main_job]
     python bench/learning/learning_run.py --from-run runs/<run id>    # summarise a finished run again
@@ -30,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from envs.evaluation import round_of  # noqa: E402
+from envs.stats import sign_test  # noqa: E402
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -80,11 +83,32 @@ def paired(before: dict[str, tuple[float, str]], after: dict[str, tuple[float, s
     mean, se = statistics.mean(diff), statistics.stdev(diff) / len(diff) ** 0.5
     passed = {name: {t for t in common if side[t][1] == "pass"}
               for name, side in (("before", before), ("after", after))}
+    gained, lost = len(passed["after"] - passed["before"]), len(passed["before"] - passed["after"])
     return {"tasks": len(common), "reward_change": round(mean, 4), "stderr": round(se, 4),
             "t": round(mean / se, 2) if se else None,
             "rose": sum(d > 0 for d in diff), "fell": sum(d < 0 for d in diff),
-            "passes_gained": len(passed["after"] - passed["before"]),
-            "passes_lost": len(passed["before"] - passed["after"])}
+            "passes_before": len(passed["before"]), "passes_after": len(passed["after"]),
+            "pass_ratio": round(len(passed["after"]) / len(passed["before"]), 3)
+            if passed["before"] else None,
+            "passes_gained": gained, "passes_lost": lost,
+            "sign_test_p": sign_test(gained, lost)}
+
+
+def trained_only(results: dict[str, tuple[float, str]], envs: set[str]
+                 ) -> dict[str, tuple[float, str]]:
+    """The results of tasks whose environment (the id's prefix) is one of `envs`."""
+    return {t: r for t, r in results.items() if t.split("/", 1)[0] in envs}
+
+
+def trained_envs(run_dir: Path) -> set[str]:
+    """The environments (a task id's prefix) of the domains the run's mix trains on, from its
+    resolved config."""
+    from envs import registry
+    from runtime.config import load
+
+    envs = load(run_dir / "config.resolved.json").envs
+    return {registry.resolve(name, entry).name for name, entry in registry.enabled(envs.use).items()
+            if envs.mix.get(registry.resolve(name, entry).domain, 0.0) > 0}
 
 
 def main(args: argparse.Namespace) -> int:
@@ -122,7 +146,16 @@ def main(args: argparse.Namespace) -> int:
                "heldout": {str(v): heldout[v] for v in sorted(heldout)},
                "paired_with_first_round": {str(r): paired(rounds[first_round], rounds[r])
                                            for r in sorted(rounds) if r != first_round}}
+    trained = trained_envs(run_dir)
+    if trained:  # the must-show's figure: held-out tasks of the domains the run trained on
+        summary["trained_envs"] = sorted(trained)
+        summary["trained_paired_with_first_round"] = {
+            str(r): paired(trained_only(rounds[first_round], trained), trained_only(rounds[r], trained))
+            for r in sorted(rounds) if r != first_round}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / "tasks.json").write_text(json.dumps(  # the per-task results behind every paired figure
+        {str(r): {t: list(v) for t, v in sorted(rounds[r].items())} for r in sorted(rounds)},
+        indent=0) + "\n")
     print(json.dumps(summary, indent=2))
     if len(heldout) >= 2:
         first, last = min(heldout), max(heldout)
