@@ -105,6 +105,10 @@ class EnvsConfig(Section):
     ("A file of task ids, one a line ('#' lines skipped): training uses only the listed tasks "
      "of the enabled environments (held-out and validation are unaffected), so a benchmark "
      "can give another trainer exactly the same training set. Empty: every training task.")
+    skip_ids: str = ""
+    ("A file of task ids, one a line, that training leaves out (held-out and validation are "
+     "unaffected): a warm start with `rl_pool = \"undemonstrated\"` lists the tasks it "
+     "demonstrated. Empty: none left out.")
 
 
 class SamplerConfig(Section):

@@ -48,8 +48,10 @@ class Intake:
 def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Task, GateConfig | None]], list[InputError]]:
     """The tasks of `split` from every enabled entry, interleaved, each with its gate config
     (None when the entry is not gated). With `train_ids` set, the training split keeps only
-    the listed tasks, and each listed id that no entry yields is an error naming its line."""
+    the listed tasks, and each listed id that no entry yields is an error naming its line;
+    with `skip_ids` set, it leaves the listed tasks out."""
     allowed = taskfile.read_ids(config.train_ids) if split == "train" and config.train_ids else None
+    skipped = taskfile.read_ids(config.skip_ids) if split == "train" and config.skip_ids else {}
     per_entry = []
     errors: list[InputError] = []
     for name, entry in registry.enabled(config.use).items():
@@ -60,7 +62,8 @@ def collect(config: EnvsConfig, *, seed: int, split: str) -> tuple[list[tuple[Ta
             gates = config.gates if entry.checks is None else msgspec.structs.replace(
                 config.gates, checks=list(entry.checks))
         per_entry.append([(t, gates) for t in found.tasks if t.split == split
-                          and (allowed is None or t.task_id in allowed)])
+                          and (allowed is None or t.task_id in allowed)
+                          and t.task_id not in skipped])
     mixed = [pair for group in itertools.zip_longest(*per_entry) for pair in group if pair]
     if allowed is not None:
         found_ids = {t.task_id for t, _ in mixed}

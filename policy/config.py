@@ -242,6 +242,10 @@ class WarmstartConfig(Section):
     "Demonstrations per task (a scripted agent varies its order and first edit between them)."
     tasks_per_domain: Annotated[int, msgspec.Meta(ge=0)] = 0
     "Most training tasks per domain that give demonstrations, in intake order (0: all)."
+    rl_pool: Literal["all", "undemonstrated"] = "all"
+    ("The RL stage's training tasks: 'all', or 'undemonstrated' (the tasks the warm start "
+     "demonstrated are left out, `[envs] skip_ids`: a model that learned their answers gives "
+     "groups of equal rewards there, which teach nothing).")
     epochs: Annotated[float, msgspec.Meta(gt=0.0, le=100.0)] = 1.0
     "Passes over the demonstrations."
     batch_size: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 8

@@ -156,3 +156,27 @@ def test_an_unreadable_training_task_list_is_named(tmp_path):
     listed.write_text("a-task\n")
     cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, train_ids=str(listed)))
     assert preflight.task_list_problems(cfg) == []
+    cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, skip_ids=missing))
+    (problem,) = preflight.task_list_problems(cfg)
+    assert problem.where == "envs.skip_ids" and missing in problem.what
+
+
+@pytest.mark.unit
+def test_a_skip_list_leaves_its_tasks_out_of_training_only(tmp_path):
+    """With `[envs] skip_ids`, the training split loses exactly the listed tasks (an unknown
+    id is no error: a warm start lists what it demonstrated); held-out is untouched."""
+    from envs.config import EnvsConfig
+    from envs.intake import collect
+
+    envs = EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.25)},
+                      mix={"structured": 1.0})
+    every, _ = collect(envs, seed=3, split="train")
+    left_out = {t.task_id for t, _ in every[::4]}
+    listed = tmp_path / "skip.txt"
+    listed.write_text("\n".join(sorted(left_out)) + "\nno-such-task\n")
+    skipping = msgspec.structs.replace(envs, skip_ids=str(listed))
+    kept, errors = collect(skipping, seed=3, split="train")
+    assert errors == [] and left_out
+    assert [t.task_id for t, _ in kept] == [t.task_id for t, _ in every if t.task_id not in left_out]
+    assert [t for t, _ in collect(skipping, seed=3, split="heldout")[0]] == \
+        [t for t, _ in collect(envs, seed=3, split="heldout")[0]]

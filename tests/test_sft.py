@@ -315,14 +315,16 @@ def test_whet_sft_bad_input_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def warm_run(tmp_path, demos: str):
-    """A tiny run's config with the warm start on, and a fresh run directory for it."""
+def warm_run(tmp_path, demos: str, more: str = ""):
+    """A tiny run's config with the warm start on (and `more` [warmstart] lines), and a
+    fresh run directory for it."""
     from runtime.config import load
     from runtime.stack.rundir import RunDir
 
     config = tiny_config_file(tmp_path)
     with open(config, "a") as f:
-        f.write(f'[warmstart]\nenabled = true\ndemos = "{demos}"\nlr = 1e-2\nbatch_size = 2\n')
+        f.write(f'[warmstart]\nenabled = true\ndemos = "{demos}"\nlr = 1e-2\nbatch_size = 2\n'
+                + more)
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)
     return load(config), RunDir(run.resolve())
@@ -356,3 +358,23 @@ def test_the_warmstart_stage_trains_once_and_points_the_rl_stage_at_its_model(tm
     stamp = (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns
     assert warmstart.prepare(cfg, rd).model.path == str(model)
     assert (rd.path / "warmstart" / "sft.json").stat().st_mtime_ns == stamp
+
+
+@pytest.mark.bus
+def test_an_undemonstrated_rl_pool_leaves_the_demonstrated_tasks_out(tmp_path):
+    """With rl_pool = "undemonstrated" the RL stage's config (and the resolved config the
+    sampler reads) sets [envs] skip_ids at the demonstrated tasks' ids; once that list is
+    gone, a restarted run says how to recover instead of training on them."""
+    from bus.errors import RunError
+    from envs.taskfile import read_ids
+    from runtime.config import load
+    from runtime.stack import warmstart
+
+    cfg, rd = warm_run(tmp_path, demos_file(tmp_path, [answer(n) for n in (1, 2, 2)]),
+                       'rl_pool = "undemonstrated"\n')
+    rl = warmstart.prepare(cfg, rd)
+    assert set(read_ids(rl.envs.skip_ids)) == {"python/1", "python/2"}
+    assert load(rd.config_file).envs.skip_ids == rl.envs.skip_ids
+    (rd.path / "warmstart" / warmstart.DEMONSTRATED).unlink()
+    with pytest.raises(RunError, match="demonstrated.txt: missing"):
+        warmstart.prepare(cfg, rd)

@@ -136,12 +136,14 @@ def disk_problems(cfg: RunConfig) -> list[Problem]:
 
 
 def task_list_problems(cfg: RunConfig) -> list[Problem]:
-    """The file of training task ids (`[envs] train_ids`) the sampler reads, when set."""
-    path = Path(cfg.envs.train_ids)
-    if not cfg.envs.train_ids or not cfg.actors.count.get("sampler") or path.is_file():
+    """The files of training task ids the sampler reads (`[envs] train_ids` and
+    `skip_ids`), when set."""
+    if not cfg.actors.count.get("sampler"):
         return []
-    return [Problem(f"the training task list {path} is not a readable file", "envs.train_ids",
-                    "point envs.train_ids at a file of task ids, one a line, or leave it empty")]
+    return [Problem(f"the training task list {path} is not a readable file", f"envs.{key}",
+                    f"point envs.{key} at a file of task ids, one a line, or leave it empty")
+            for key, path in (("train_ids", cfg.envs.train_ids), ("skip_ids", cfg.envs.skip_ids))
+            if path and not Path(path).is_file()]
 
 
 def port_problems(cfg: RunConfig) -> list[Problem]:
