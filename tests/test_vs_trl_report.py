@@ -58,3 +58,12 @@ def test_every_committed_report_recomputes_from_its_seed_files(folder):
                           "--check"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads((RESULTS / folder / "report.json").read_text())["per_seed"]
+
+
+def test_bands_sort_answers_into_passed_floor_some_credit_and_none():
+    """A pass, an answer at the floor, one with some credit and one with none (a dropped
+    attempt, no reward, counts as none)."""
+    results = {"a": [1.0, "pass"], "b": [-0.5, "fail"], "c": [0.1, "fail"], "d": [0.0, "fail"],
+               "e": [None, "dropped"]}
+    assert report.bands(results) == {"pass": 1, "fail_floor": 1, "fail_some_credit": 1,
+                                     "fail_no_credit": 2}

@@ -128,6 +128,18 @@ def checks(record: dict) -> dict:
             "heldout_tasks": record["heldout_tasks"]["same_for_every_policy"]}
 
 
+def bands(results: Results) -> dict[str, int]:
+    """Held-out answers by kind: passed; failed at the floor (reward <= -0.5: the answer did
+    not parse or compile, or was cut at the token limit); failed with some credit (reward >
+    0: format or some tests); failed with none."""
+    out = {"pass": 0, "fail_floor": 0, "fail_some_credit": 0, "fail_no_credit": 0}
+    for reward, outcome in results.values():
+        key = ("pass" if outcome == "pass" else "fail_floor" if reward is not None and reward <= -0.5
+               else "fail_some_credit" if reward is not None and reward > 0 else "fail_no_credit")
+        out[key] += 1
+    return out
+
+
 def seed_report(record: dict) -> dict:
     """One seed's figures."""
     trl, whet = record["trl"], record["whetstone"]
@@ -150,6 +162,7 @@ def pooled(records: list[dict]) -> dict:
                        for t, v in r["heldout"][label].items()}
                for label in ("initial", "trl", "whetstone")}
     return {"seeds": [r["seed"] for r in records], **comparisons(heldout),
+            "answers": {label: bands(results) for label, results in heldout.items()},
             "clocks": clocks(records), "reach_ratios": [reach(r)["ratio"] for r in records],
             "checks": {k: all(checks(r)[k] for r in records) for k in checks(records[0])}}
 
@@ -170,6 +183,7 @@ def summary(report: dict) -> list[str]:
             f"{c['training.wall_s']}",
             f"whole-run CPU to reach TRL's final reward, whetstone/TRL per seed: "
             f"{p['reach_ratios']}",
+            f"held-out answers by kind: {p['answers']}",
             f"same tasks, updates, samples, held-out set: {p['checks']}"]
 
 
