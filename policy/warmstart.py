@@ -56,7 +56,8 @@ class SftReport(msgspec.Struct, kw_only=True):
     "The checkpoint folder's tag."
 
 
-def _cpu_s() -> float:
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its finished (waited-for) children."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -75,7 +76,7 @@ async def train(demos: Sequence[Demo], trainer: TrainerConfig, warm: WarmstartCo
     """Fine-tune on `demos` as `warm` says; write <out>/checkpoint, <out>/model, <out>/sft.json.
     InputError naming `source` for a demonstration the generator could not have sampled;
     RunError when <out>/checkpoint holds a checkpoint already or no demonstration fits."""
-    began, cpu0 = time.monotonic(), _cpu_s()
+    began, cpu0 = time.monotonic(), cpu_seconds()
     out = Path(out)
     config = sft_trainer_config(trainer, warm, out)
     ckpt = Path(config.learner.checkpoint_dir)
@@ -107,7 +108,7 @@ async def train(demos: Sequence[Demo], trainer: TrainerConfig, warm: WarmstartCo
     export(ckpt, tag, config.model, out / "model", lora=config.learner.lora)
     report = SftReport(steps=len(batches), demos_used=len(rows.samples),
                        left_out_too_long=rows.too_long, loss=losses, tokens=tokens,
-                       cpu_s=round(_cpu_s() - cpu0, 2), wall_s=round(time.monotonic() - began, 2),
+                       cpu_s=round(cpu_seconds() - cpu0, 2), wall_s=round(time.monotonic() - began, 2),
                        lr=warm.lr, epochs=warm.epochs, batch_size=warm.batch_size, checkpoint=tag)
     (out / "sft.json").write_bytes(msgspec.json.format(msgspec.json.encode(report)) + b"\n")
     return report

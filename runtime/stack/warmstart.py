@@ -14,7 +14,6 @@ no actor and touches no bus.
 from __future__ import annotations
 
 import json
-import resource
 import time
 from pathlib import Path
 
@@ -48,12 +47,6 @@ def demonstrations(cfg: RunConfig) -> list[Demo]:
     return made.demos
 
 
-def _cpu_s() -> float:
-    """CPU seconds of this process and its finished children."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
     """`cfg` for the RL stage: unchanged without a warm start, else with `[model] path` at
     the warm start's model (trained first unless <run>/warmstart/sft.json says it was)."""
@@ -63,15 +56,15 @@ def prepare(cfg: RunConfig, rd: RunDir) -> RunConfig:
     if not (out / "sft.json").is_file():
         from policy import warmstart  # torch: the slim image's `whet` never imports it
 
-        began, cpu0 = time.monotonic(), _cpu_s()
+        began, cpu0 = time.monotonic(), warmstart.cpu_seconds()
         demos = demonstrations(cfg)
-        made_s, made_cpu = time.monotonic() - began, _cpu_s() - cpu0
+        made_s, made_cpu = time.monotonic() - began, warmstart.cpu_seconds() - cpu0
         report = anyio.run(lambda: warmstart.train(
             demos, cfg.trainer, cfg.warmstart, out, cfg.generator.sampling.stop, cfg.run.seed,
             cfg.warmstart.demos or "demonstrations of the training split"))
         stage = {"demos": len(demos), "demos_wall_s": round(made_s, 2),
                  "demos_cpu_s": round(made_cpu, 2), "sft_wall_s": report.wall_s,
-                 "sft_cpu_s": report.cpu_s, "cpu_s": round(_cpu_s() - cpu0, 2),
+                 "sft_cpu_s": report.cpu_s, "cpu_s": round(warmstart.cpu_seconds() - cpu0, 2),
                  "wall_s": round(time.monotonic() - began, 2)}
         (out / "stage.json").write_text(json.dumps(stage, indent=1) + "\n")
         (out / DEMONSTRATED).write_text("".join(f"{t}\n" for t in sorted({d.task_id for d in demos})))
