@@ -2,14 +2,16 @@
 
 Consumes per-task counts (task id -> (passed, judged): attempts that passed out of attempts
 judged); produces a pass rate with its interval (`estimate`) and the paired comparison of
-two rounds on the tasks both judged (`paired_change`); each function's docstring says why
-its choice is honest. Pure functions, exact integer arithmetic for the p-value; no I/O and
-nothing heavier than `math`.
+two rounds on the tasks both judged (`paired_change`), and the mean per-task difference of
+a score with its interval (`mean_difference`); each function's docstring says why its
+choice is honest. Pure functions, exact integer arithmetic for the p-value; no I/O and
+nothing heavier than `math` and `statistics`.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -102,3 +104,17 @@ def paired_change(baseline: Counts, current: Counts) -> Paired:
     lost = sum(after[t] < before[t] for t in both)
     delta = sum(after[t] - before[t] for t in both) / len(both) if both else 0.0
     return Paired(len(both), gained, lost, sign_test(gained, lost), delta)
+
+
+def mean_difference(before: Mapping[str, float], after: Mapping[str, float]
+                    ) -> tuple[int, float, float, float] | None:
+    """(tasks, mean, low, high): the mean of after - before over the tasks both scored, with
+    its 95% interval (normal approximation, the task the unit: pairing removes the spread of
+    task difficulty); None for fewer than two such tasks."""
+    common = sorted(before.keys() & after.keys())
+    if len(common) < 2:
+        return None
+    diff = [after[t] - before[t] for t in common]
+    mean = statistics.mean(diff)
+    half = Z95 * statistics.stdev(diff) / math.sqrt(len(diff))
+    return len(common), mean, mean - half, mean + half

@@ -14,11 +14,10 @@ before it have base `trunc_judged`). It runs nothing and decides nothing.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
-from envs.stats import Z95, Counts, estimate, paired_change
+from envs.stats import Counts, estimate, mean_difference, paired_change
 
 
 def load_results(folder: Path) -> dict[str, list[dict]]:
@@ -53,14 +52,10 @@ def rewards(runs: list[dict], version: str) -> dict[str, float]:
 
 
 def reward_change(before: dict[str, float], after: dict[str, float]) -> str:
-    """Mean per-task reward difference (after - before) on the tasks both scored, with its
-    95% interval (normal approximation, the task the unit)."""
-    common = sorted(before.keys() & after.keys())
-    if len(common) < 2:
-        return ""
-    diff = [after[t] - before[t] for t in common]
-    mean, half = statistics.mean(diff), Z95 * statistics.stdev(diff) / math.sqrt(len(diff))
-    return f"{mean:+.3f} ({mean - half:+.3f}, {mean + half:+.3f})"
+    """Mean per-task reward difference (after - before) with its 95% interval
+    (`envs.stats.mean_difference`); '' for fewer than two tasks both scored."""
+    got = mean_difference(before, after)
+    return "" if got is None else f"{got[1]:+.3f} ({got[2]:+.3f}, {got[3]:+.3f})"
 
 
 def same_seeds(base_runs: list[dict], runs: list[dict]) -> list[dict]:

@@ -107,8 +107,8 @@ def trained_envs(run_dir: Path) -> set[str]:
     from runtime.config import load
 
     envs = load(run_dir / "config.resolved.json").envs
-    return {registry.resolve(name, entry).name for name, entry in registry.enabled(envs.use).items()
-            if envs.mix.get(registry.resolve(name, entry).domain, 0.0) > 0}
+    resolved = [registry.resolve(name, entry) for name, entry in registry.enabled(envs.use).items()]
+    return {env.name for env in resolved if envs.mix.get(env.domain, 0.0) > 0}
 
 
 def main(args: argparse.Namespace) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 from pathlib import Path
@@ -24,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from envs.stats import Z95, sign_test  # noqa: E402
+from envs.stats import mean_difference, sign_test  # noqa: E402
 
 Results = dict[str, list]
 "Task id -> [reward or None, outcome]."
@@ -51,11 +50,10 @@ def paired(before: Results, after: Results) -> dict:
     lost = sum(before[t][1] == "pass" and after[t][1] != "pass" for t in common)
     out = {"tasks": len(common), "gained": gained, "lost": lost,
            "sign_test_p": round(sign_test(gained, lost), 4)}
-    if len(common) >= 2:
-        diff = [after[t][0] - before[t][0] for t in common]
-        mean, se = statistics.mean(diff), statistics.stdev(diff) / math.sqrt(len(diff))
-        out.update(reward_diff=round(mean, 4),
-                   interval95=[round(mean - Z95 * se, 4), round(mean + Z95 * se, 4)])
+    got = mean_difference({t: before[t][0] for t in common}, {t: after[t][0] for t in common})
+    if got is not None:
+        _, mean, low, high = got
+        out.update(reward_diff=round(mean, 4), interval95=[round(low, 4), round(high, 4)])
     return out
 
 
