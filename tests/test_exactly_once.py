@@ -60,11 +60,14 @@ async def test_redelivery_of_a_held_message_reaches_the_handler_once_and_its_ack
         await restart_past_ack_wait(nats_server)
         # New work after the restart is handed over too; the held four are not handed over
         # again: their redeliveries (each when its own ack timer fires on the restarted
-        # server, which need not be before the new message) rebind the handles held.
+        # server, which need not be before the new message) rebind the handles held. The
+        # server counts a redelivery as the second only if it had stored the first delivery
+        # before the kill -9 (CI saw [2, 2, 1, 1]), so the test counts rebinds, not that.
         await patiently(lambda: bus.publish(subjects.TASKS, assignment(9), msg_id="a9"))
         await until(lambda: any(d.msg_id == "a9" for d in got), 20, "the sentinel a9 delivered")
-        await until(lambda: all(d.deliveries == 2 for d in got[:4]), 20,
-                    lambda: f"the held four redelivered: {[d.deliveries for d in got[:4]]}")
+        await until(lambda: all(d.rebound >= 1 for d in got[:4]), 20,
+                    lambda: f"the held four redelivered: rebound {[d.rebound for d in got[:4]]}, "
+                            f"deliveries {[d.deliveries for d in got[:4]]}")
         handled = [d.msg_id for d in got]
         for d in got:
             await d.ack()
@@ -74,7 +77,7 @@ async def test_redelivery_of_a_held_message_reaches_the_handler_once_and_its_ack
         await until(emptied, 20, "the tasks stream empty once all are acked")
         bus.stopping.set()
     assert handled == ["a0", "a1", "a2", "a3", "a9"]
-    assert [d.deliveries for d in got[:4]] == [2, 2, 2, 2]
+    assert all(d.rebound >= 1 for d in got[:4]), "each held message rebound, none handed over again"
 
 
 class GatedRanks(RankGroup):
