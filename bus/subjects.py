@@ -40,7 +40,7 @@ TRIALS = f"{PREFIX}.trials"
 "Recorder to trace store: `Trial`, as `whet.v1.trials.<run>.<trial>` (one subject per trial)."
 
 BUCKET_POLICY = "whet-policy"
-"KV: key `current` holds the latest `WeightVersion`."
+"KV: key `current` holds the latest `WeightVersion`; `version.<n>` (`version_key`) each one's."
 BUCKET_ACTORS = "whet-actors"
 "KV: key `<kind>.<instance>` holds that actor's latest `Heartbeat`."
 BUCKET_RUN = "whet-run"
@@ -50,6 +50,13 @@ BUCKET_WEIGHTS = "whet-weights"
 "Object store: one object per published weight version."
 
 KEY_POLICY = "current"
+
+
+def version_key(version: int) -> str:
+    """whet-policy key of the record of `version`: where its weights are, even when a later
+    version is current (a renumbered version names an older version's object)."""
+    return f"version.{version:08d}"
+
 KEY_SAMPLER_STATE = "sampler.state"
 "whet-run: the sampler's admission counters (`SamplerState`)."
 KEY_SAMPLER_RATES = "sampler.rates"

@@ -24,7 +24,7 @@ from bus.errors import BusError, ObjectCorrupt, ObjectMissing
 from bus.messages import WeightVersion
 from bus.nats_bus import Bus
 from policy.engine import Engine
-from policy.versions import current_version, fetch_weights, object_name
+from policy.versions import current_version, fetch_weights, object_name, recorded_version
 
 log = structlog.get_logger("policy.follower")
 
@@ -83,11 +83,14 @@ class WeightFollower:
     async def _announcement(self, version: int, timeout_s: float) -> WeightVersion:
         """Where the weights of `version` are: its announcement once seen, or, for a version
         announced before this watch began (a generator restarted mid-round, a watch renewed
-        after an outage shows only the newest), its object by name."""
+        after an outage shows only the newest), the record kept under its own key; without
+        one (a stack from before those keys), its own object by name."""
         with anyio.fail_after(timeout_s):
             while version not in self.seen:
                 if self.seen and max(self.seen) > version:
-                    return WeightVersion(version=version, object_name=object_name(version))
+                    recorded = await recorded_version(self.bus, version)
+                    return recorded or WeightVersion(version=version,
+                                                     object_name=object_name(version))
                 await self._seen_changed.wait()
         return self.seen[version]
 

@@ -1,8 +1,8 @@
 """Published policy versions on the bus: weights in the object store, the pointer in KV.
 
 Consumes weight bytes and version numbers (learner) or `WeightVersion` records
-(generators); produces objects in the `whet-weights` store, the `current` key of the
-`whet-policy` bucket, and bytes read back after their checksum is verified. Old versions
+(generators); produces objects in the `whet-weights` store, the `current` and per-version
+keys of the `whet-policy` bucket, and bytes read back after their checksum is verified. Old versions
 are pruned by name. It does not know what the bytes hold (see `policy.weights`).
 """
 
@@ -33,8 +33,16 @@ async def current_version(bus: Bus) -> WeightVersion | None:
 
 
 async def announce(bus: Bus, version: WeightVersion) -> None:
-    """Make `version` the current one (generators watching the key load it)."""
+    """Make `version` the current one (generators watching the key load it), its record kept
+    under its own key first, so that whoever sees it announced can look it up later."""
+    await bus.kv_put(subjects.BUCKET_POLICY, subjects.version_key(version.version), version)
     await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY, version)
+
+
+async def recorded_version(bus: Bus, version: int) -> WeightVersion | None:
+    """The record `version` was announced with (its object: its own, an older version's when
+    it was renumbered, or '' for the initial weights); None if it was never announced."""
+    return await bus.kv_get(subjects.BUCKET_POLICY, subjects.version_key(version), WeightVersion)
 
 
 async def publish_weights(bus: Bus, version: int, blob: bytes | Sequence[memoryview], *,

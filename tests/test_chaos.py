@@ -296,22 +296,32 @@ def pids(snap: StackStatus) -> dict[str, int]:
     return {a.instance: a.pid for a in snap.actors if a.state == "ready"}
 
 
-async def drained(bus, run_dir) -> bool:
-    """Nothing waits in the work queues, the learner has consumed every train verdict stored
-    (it acks the last ones when it saves its checkpoint at the stop), and the evaluator has
-    reported the last round it started."""
+async def undrained(bus, run_dir) -> str:
+    """What still waits, or "" once drained: nothing in the work queues, the learner has
+    consumed every train verdict stored (it acks the last ones when it saves its checkpoint
+    at the stop), and the evaluator has reported the last round it started."""
     states = {s.name: s for s in await bus.stream_states(
         [*WORK_STREAMS, subjects.STREAM_VERDICTS])}
     verdicts = states[subjects.STREAM_VERDICTS]
     state = await bus.kv_get(subjects.BUCKET_RUN, subjects.KEY_EVALUATOR_STATE, EvaluatorState)
-    if not (all(states[s].messages == 0 for s in WORK_STREAMS if s in states)
-            and verdicts.consumers[subjects.CONSUMER_LEARNER.durable]["pending"] == 0
-            and state is not None and state.last_reported == state.last_round
-            and all(verdicts.consumers[spec.durable]["pending"] == 0
-                    and verdicts.consumers[spec.durable]["in_flight"] == 0 for spec in WATCHERS)):
-        return False
+    waiting = [f"{s}: {states[s].messages} queued" for s in WORK_STREAMS
+               if s in states and states[s].messages]
+    learner = verdicts.consumers[subjects.CONSUMER_LEARNER.durable]
+    if learner["pending"]:
+        waiting.append(f"learner: {learner['pending']} verdicts pending")
+    if state is None or state.last_reported != state.last_round:
+        waiting.append(f"evaluator: {state and (state.last_round, state.last_reported)} "
+                       "(last round, last reported)")
+    waiting += [f"{spec.durable}: pending {verdicts.consumers[spec.durable]['pending']}, "
+                f"in flight {verdicts.consumers[spec.durable]['in_flight']}"
+                for spec in WATCHERS if verdicts.consumers[spec.durable]["pending"]
+                or verdicts.consumers[spec.durable]["in_flight"]]
+    if waiting:
+        return "; ".join(waiting)
     consumed = {vid for vid, _ in learner_record(events(run_dir, "learner-1")).fates()}
-    return len(consumed) >= len(await stored_verdicts(bus, "train"))
+    stored = len(await stored_verdicts(bus, "train"))
+    return "" if len(consumed) >= stored else \
+        f"learner-1 logged fates of {len(consumed)} of {stored} stored train verdicts"
 
 
 async def stored_verdicts(bus, purpose: str) -> list[Verdict]:
@@ -324,8 +334,13 @@ async def drain_and_stop(bus, stack) -> None:
     assert stack.proc.poll() is None, "whet up died during the chaos"
     scaled = await anyio.to_thread.run_sync(lambda: stack.whet("scale", "sampler=0"))
     assert scaled.returncode == 0, scaled.stderr
-    await until(lambda: patiently(lambda: drained(bus, stack.run_dir)), 120,
-                "every admitted attempt through")
+    left = ["not yet read"]
+
+    async def through() -> bool:
+        left[0] = await patiently(lambda: undrained(bus, stack.run_dir))
+        return not left[0]
+
+    await until(through, 120, lambda: f"every admitted attempt through; left: {left[0]}")
     await anyio.to_thread.run_sync(stack.stop)
 
 

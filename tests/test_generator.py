@@ -341,3 +341,28 @@ async def test_a_follower_started_after_a_rounds_version_pins_it_by_its_object(b
             await follower.pin_round(1, "", timeout_s=300)
         assert 1 in engine.pinned_versions and engine.pinned_bytes == 40
         tg.cancel_scope.cancel()
+
+
+@pytest.mark.bus
+async def test_a_follower_started_after_a_renumbered_rounds_version_pins_its_weights(bus):
+    """Version 2 trained nothing and was announced as version 1's weights renumbered (no object
+    of its own), then version 3 came, all before the follower started: pinning version 2 for a
+    round reads version 1's object through version 2's own record. A guess by version number
+    found no object and left the round's work failing until dead-lettered (cluster chaos)."""
+    from policy.fake_engine import FakeEngine
+    from policy.follower import WeightFollower
+    from policy.publisher import Publisher
+
+    publisher = Publisher(bus, keep=3)
+    await publisher.publish(1, [memoryview(b"one-" * 10)], step=1, samples=4)
+    await publisher.publish(2, None, step=2, samples=4)
+    await publisher.publish(3, [memoryview(b"three-" * 10)], step=3, samples=8)
+    engine = FakeEngine(GeneratorConfig(), seed=0)
+    follower = WeightFollower(bus, engine)
+    async with anyio.create_task_group() as tg:
+        await tg.start(follower.run)
+        assert engine.version == 3 and 2 not in follower.seen
+        with anyio.fail_after(10):
+            await follower.pin_round(2, "", timeout_s=300)
+        assert 2 in engine.pinned_versions and engine.pinned_bytes == 40
+        tg.cancel_scope.cancel()
