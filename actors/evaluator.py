@@ -98,9 +98,7 @@ class Evaluator:
                                               admitted_version=version, purpose="eval",
                                               created_at=time.time())))
         self.rounds[version] = Round(version, len(items) * self.k, time.monotonic())
-        self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(version),
-                                      gauges.ROUND_SIZE: float(len(items) * self.k),
-                                      gauges.ROUND_JUDGED: 0.0})
+        self.show_round()
         new = await self.bus.publish_many(subjects.ROUNDS, items)
         self.state.last_round = version
         await self.save()
@@ -141,9 +139,18 @@ class Evaluator:
         if not count(rnd, verdict):
             log.info("evaluator.duplicate_skipped", attempt_id=verdict.attempt.attempt_id)
             return
-        if version == self.bus.stats.gauges.get(gauges.ROUND_VERSION):
-            self.bus.stats.gauges[gauges.ROUND_JUDGED] = float(rnd.received)
+        self.show_round()
         await self.report_if_complete(rnd)
+
+    def show_round(self) -> None:
+        """The round gauges (the live line, `whet status`): the oldest round still open, whose
+        attempts the generators take first, not the newest one started (the version-0 round
+        may still be open when the last starts); unchanged once none is open."""
+        if self.rounds:
+            rnd = self.rounds[min(self.rounds)]
+            self.bus.stats.gauges.update({gauges.ROUND_VERSION: float(rnd.version),
+                                          gauges.ROUND_SIZE: float(rnd.expected),
+                                          gauges.ROUND_JUDGED: float(rnd.received)})
 
     async def reopen(self, version: int) -> Round | None:
         """The round of `version` again after a restart, with the verdicts it had counted read
@@ -169,6 +176,7 @@ class Evaluator:
                 count(rnd, verdict)
         log.info("evaluator.round_reopened", version=version, received=rnd.received,
                  expected=rnd.expected)
+        self.show_round()
         await self.report_if_complete(rnd)
         return rnd
 
@@ -214,6 +222,7 @@ class Evaluator:
             self.announce(result)
         self.state.last_reported = max(self.state.last_reported, rnd.version)
         self.bus.stats.gauges[gauges.ROUND_REPORTED] = float(self.state.last_reported)
+        self.show_round()
         self.bus.stats.processed += 1
         await self.save()
 

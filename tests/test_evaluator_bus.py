@@ -274,3 +274,38 @@ async def test_version_0_is_evaluated_even_when_training_moved_on_during_intake(
     finally:
         await ebus.close()
     assert {a.admitted_version for a in got} == {0} and len(got) == 10
+
+
+async def test_the_round_gauges_follow_the_oldest_open_round(bus, nats_server):
+    """Version 1's round starts while version 0's is still open (the main job's last round
+    starts before its first is done): the gauges the live line reads keep counting version 0's
+    attempts until it is reported, then show version 1's, not version 1's 0/N throughout."""
+    from bus import gauges
+
+    rounds = RoundReader()
+    got = rounds.got
+    ebus = await Bus.connect(bus_settings(nats_server.url), Identity("evaluator", "e1", "r1"))
+    shown = lambda: tuple(int(ebus.stats.gauges.get(g, -9)) for g in (  # noqa: E731
+        gauges.ROUND_VERSION, gauges.ROUND_JUDGED, gauges.ROUND_SIZE, gauges.ROUND_REPORTED))
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: consume(bus, subjects.CONSUMER_ROUNDS, TaskAssignment, rounds.handle))
+            await tg.start(evaluator_actor.run, ebus, CONFIG)
+            await rounds.wait(10)
+            await bus.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
+                             WeightVersion(version=1, object_name="", created_at=time.time()))
+            await rounds.wait(20)
+            await _answer(bus, got[:3], 0)
+            await until(lambda: shown()[1] == 3, 30, lambda: f"3 of round 0 shown: {shown()}")
+            first = shown()
+            await _answer(bus, got[3:10], 0)
+            await _round(bus, 0)
+            await until(lambda: shown()[0] == 1, 30, lambda: f"round 1 shown: {shown()}")
+            second = shown()
+            ebus.stopping.set()
+            bus.stopping.set()
+            tg.cancel_scope.cancel()
+    finally:
+        await ebus.close()
+    assert first == (0, 3, 10, -1)
+    assert second == (1, 0, 10, 0)
