@@ -57,6 +57,11 @@ def version_key(version: int) -> str:
     version is current (a renumbered version names an older version's object)."""
     return f"version.{version:08d}"
 
+
+VERSION_KEYS = "version.>"
+"whet-policy: every version's record (`version_key`), written by the learner."
+
+
 KEY_SAMPLER_STATE = "sampler.state"
 "whet-run: the sampler's admission counters (`SamplerState`)."
 KEY_SAMPLER_RATES = "sampler.rates"

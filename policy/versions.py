@@ -2,8 +2,8 @@
 
 Consumes weight bytes and version numbers (learner) or `WeightVersion` records
 (generators); produces objects in the `whet-weights` store, the `current` and per-version
-keys of the `whet-policy` bucket, and bytes read back after their checksum is verified. Old versions
-are pruned by name. It does not know what the bytes hold (see `policy.weights`).
+keys of the `whet-policy` bucket, and bytes read back after their checksum is verified. Old
+versions are pruned by name. It does not know what the bytes hold (see `policy.weights`).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from bus.messages import (Event, EvaluatorState, ExecutionDone, ExecutionRequest
                           TaskAssignment, Verdict, WeightVersion)
 from bus.nats_bus import Bus, Identity
 from bus.objects import get_object, list_objects, put_object
+from policy.versions import announce, recorded_version
 from runtime.broker import auth
 from runtime.broker.embedded import EmbeddedServer
 from runtime.config import RunConfig
@@ -184,8 +185,8 @@ async def test_judge_learner_and_monitor_do_their_work_unrefused(secured, admin)
     try:
         await judge.publish(subjects.verdict_subject("train"), VERDICT, msg_id="v1")
         await judge.publish(subjects.EXEC_REQUESTS, REQUEST, msg_id="r1")
-        await learner.kv_put(subjects.BUCKET_POLICY, subjects.KEY_POLICY,
-                             WeightVersion(version=2, object_name="v2"))
+        await announce(learner, WeightVersion(version=2, object_name="v2"))  # both its keys
+        assert (await recorded_version(admin, 2)).object_name == "v2"
         await put_object(learner, subjects.BUCKET_WEIGHTS, "v2", b"x" * 3_000_000)
         await put_object(learner, subjects.BUCKET_WEIGHTS, "v2", b"y" * 10)  # purges the old chunks
         assert "v2" in await list_objects(learner, subjects.BUCKET_WEIGHTS)  # pruning lists them

@@ -77,7 +77,6 @@ async def test_redelivery_of_a_held_message_reaches_the_handler_once_and_its_ack
         await until(emptied, 20, "the tasks stream empty once all are acked")
         bus.stopping.set()
     assert handled == ["a0", "a1", "a2", "a3", "a9"]
-    assert all(d.rebound >= 1 for d in got[:4]), "each held message rebound, none handed over again"
 
 
 class GatedRanks(RankGroup):

@@ -144,6 +144,7 @@ ROLE_GRANTS: dict[str, Grant] = {
               | observes([s.STREAM_VERDICTS, s.STREAM_ADVISORIES])
               | publishes(f"{_API}.STREAM.PURGE.{s.STREAM_VERDICTS}")),
     "learner": (consumes(s.STREAM_VERDICTS) | kv_writes(s.BUCKET_POLICY, s.KEY_POLICY)
+                | kv_writes(s.BUCKET_POLICY, s.VERSION_KEYS)
                 | weights_write() | kv_writes(s.BUCKET_RUN, "learner.>")),
     "evaluator": (publishes(s.ROUNDS) | consumes(s.STREAM_VERDICTS) | kv_reads(s.BUCKET_POLICY)
                   | kv_writes(s.BUCKET_RUN, "evaluator.>") | weights_read()),
