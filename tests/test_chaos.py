@@ -312,10 +312,9 @@ async def undrained(bus, run_dir) -> str:
     if state is None or state.last_reported != state.last_round:
         waiting.append(f"evaluator: {state and (state.last_round, state.last_reported)} "
                        "(last round, last reported)")
-    waiting += [f"{spec.durable}: pending {verdicts.consumers[spec.durable]['pending']}, "
-                f"in flight {verdicts.consumers[spec.durable]['in_flight']}"
-                for spec in WATCHERS if verdicts.consumers[spec.durable]["pending"]
-                or verdicts.consumers[spec.durable]["in_flight"]]
+    watchers = {spec.durable: verdicts.consumers[spec.durable] for spec in WATCHERS}
+    waiting += [f"{name}: pending {c['pending']}, in flight {c['in_flight']}"
+                for name, c in watchers.items() if c["pending"] or c["in_flight"]]
     if waiting:
         return "; ".join(waiting)
     consumed = {vid for vid, _ in learner_record(events(run_dir, "learner-1")).fates()}
