@@ -48,6 +48,7 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "default": {},
     "staleness0": {"training": {"max_staleness": 0}},
     "staleness1": {"training": {"max_staleness": 1}},
+    "staleness2": {"training": {"max_staleness": 2}},
     "zs_refill": {"training": {"zero_signal": "refill"}},
     "zs_keep": {"training": {"zero_signal": "keep"}},
     "div_batch_tokens": {"learner": {"loss_divisor": "batch_tokens"}},
