@@ -1,14 +1,14 @@
 """A learner checkpoint as a Hugging Face model folder a user can load without whetstone.
 
-Consumes a checkpoint folder (`Trainer.save`'s: one `step<N>` folder per kept checkpoint,
-its learner state as client state) and the model config it was trained from; produces a
-folder with config.json, model.safetensors (tied embeddings stored once), the generation
-config and the tokenizer with its chat template, written beside its target and renamed in.
-Weights come from rank 0's `mp_rank_00_model_states.pt` (ZeRO 0-2, in the training dtype),
-read without DeepSpeed; ZeRO-3 shards go through DeepSpeed's `zero_to_fp32`. A LoRA
-checkpoint (adapters only) gives the base with them merged, as generators run it, or a PEFT
-adapter folder (adapter_config.json naming the base folder, adapter_model.safetensors, the
-tokenizer). It does NOT train, start DeepSpeed or touch the bus.
+Consumes a checkpoint folder (`Trainer.save`'s: one `step<N>` folder per kept checkpoint)
+and the model config it was trained from; produces a folder with config.json,
+model.safetensors (tied embeddings stored once), the generation config and the tokenizer
+with its chat template, written beside its target and renamed in. Weights come from rank 0's
+`mp_rank_00_model_states.pt` (ZeRO 0-2, in the training dtype: a bf16 run's module, not the
+float32 master weights, which were never sampled and lost to it on validation,
+bench/learning/results/master_weights); ZeRO-3 shards go through DeepSpeed's `zero_to_fp32`.
+A LoRA checkpoint gives the base with its adapters merged, as generators run it, or a PEFT
+adapter folder. It does NOT train, start DeepSpeed or touch the bus.
 """
 
 from __future__ import annotations
