@@ -52,14 +52,15 @@ BUCKET_WEIGHTS = "whet-weights"
 KEY_POLICY = "current"
 
 
+_VERSION = "version."
+VERSION_KEYS = _VERSION + ">"
+"whet-policy: every version's record (`version_key`), written by the learner."
+
+
 def version_key(version: int) -> str:
     """whet-policy key of the record of `version`: where its weights are, even when a later
     version is current (a renumbered version names an older version's object)."""
-    return f"version.{version:08d}"
-
-
-VERSION_KEYS = "version.>"
-"whet-policy: every version's record (`version_key`), written by the learner."
+    return f"{_VERSION}{version:08d}"
 
 
 KEY_SAMPLER_STATE = "sampler.state"
