@@ -3,8 +3,9 @@
 Consumes a base config (default: configs/default.toml); runs it twice with `whet up`, once
 with `training.mode = "sync"` and once with `"async"`, each for `--steps` learner steps with
 the evaluator off (it would add the same work to both). From each run's metrics/train.csv it
-prints samples trained per second, the learner's idle fraction (time waiting for samples),
-and the wall seconds until the training pass rate (mean of the last 3 steps) first reaches
+prints samples trained per second over the whole run and at steady state (from the first
+update to the last: start-up, gating and the first generation are the same work in both
+modes), the learner's idle fraction (time waiting for samples), and the wall seconds until the training pass rate (mean of the last 3 steps) first reaches
 `--pass-rate`; then the async/sync ratios. Target: async >= 1.3x sync samples/s, learner
 idle <= 10%.
 
@@ -55,8 +56,12 @@ def summarise(rows: list[dict[str, float]], target: float) -> dict[str, float | 
         if sum(window) / len(window) >= target:
             reached = rows[i]["wall_s"]
             break
+    first = rows[0]
+    steady = ((last["samples_total"] - first["samples_total"]) / (last["wall_s"] - first["wall_s"])
+              if len(rows) > 1 and last["wall_s"] > first["wall_s"] else None)
     return {"steps": len(rows), "samples": last["samples_total"], "wall_s": last["wall_s"],
             "cpu_s": last.get("cpu_s"), "samples_per_s": last["samples_total"] / last["wall_s"],
+            "first_update_wall_s": first["wall_s"], "steady_samples_per_s": steady,
             "idle_frac": last.get("idle_frac"), "time_to_pass_rate_s": reached}
 
 
@@ -66,10 +71,14 @@ def main(args: argparse.Namespace) -> int:
     results = {mode: summarise(run_mode(base, mode, args.steps, workdir), args.pass_rate)
                for mode in ("sync", "async")}
     s, a = results["sync"], results["async"]
+    results["command"] = " ".join(["bench/learning/async_vs_sync.py", *sys.argv[1:]])
     results["ratio_samples_per_s"] = a["samples_per_s"] / s["samples_per_s"]
+    if a["steady_samples_per_s"] and s["steady_samples_per_s"]:
+        results["ratio_steady_samples_per_s"] = a["steady_samples_per_s"] / s["steady_samples_per_s"]
     print(json.dumps(results, indent=2))
     print(f"samples/s: sync {s['samples_per_s']:.3f}, async {a['samples_per_s']:.3f} "
-          f"(x{results['ratio_samples_per_s']:.2f}); learner idle: sync {s['idle_frac']}, "
+          f"(x{results['ratio_samples_per_s']:.2f}); steady state (first update to last): "
+          f"x{results.get('ratio_steady_samples_per_s') or float('nan'):.2f}; learner idle: sync {s['idle_frac']}, "
           f"async {a['idle_frac']}; time to pass rate {args.pass_rate}: sync "
           f"{s['time_to_pass_rate_s']} s, async {a['time_to_pass_rate_s']} s")
     if args.out:
