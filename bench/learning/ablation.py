@@ -82,8 +82,9 @@ VARIANTS: dict[str, dict[str, dict]] = {
 }
 BASES = {"staleness1_div_sequence": "staleness1"}
 "The result a variant is compared with when it is not `default`'s runs."
-("Each factor against today's default: staleness 2, zero-signal groups dropped, the token "
- "mean, the sampler band, truncated answers scored as failures.")
+("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
+ "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
+ "failures.")
 
 
 def protocol(steps: int, tasks: int) -> dict[str, dict]:
@@ -215,8 +216,8 @@ def run_variant(name: str, seed: int, overrides: dict, steps: int, out_dir: Path
         raise SystemExit(f"ablation: whet up exited with {proc.returncode} and made no run "
                          f"directory of its own under {latest.parent}")
     train = read_csv(run_dir / "metrics" / "train.csv")
-    result = {"variant": name, "seed": seed, "base": BASES.get(name, "default"), "overrides": overrides,
-              "config": _shown(config),
+    result = {"variant": name, "seed": seed, "base": BASES.get(name, "default"),
+              "overrides": overrides, "config": _shown(config),
               "run_dir": _shown(run_dir), "exit_code": proc.returncode,
               "steps": len(train), "samples_trained": int(train[-1]["samples_total"]) if train else 0,
               "left_out": left_out(run_dir), "wall_s": round(time.monotonic() - began, 1),

@@ -5,9 +5,9 @@ with `training.mode = "sync"` and once with `"async"`, each for `--steps` learne
 the evaluator off (it would add the same work to both). From each run's metrics/train.csv it
 prints samples trained per second over the whole run and at steady state (from the first
 update to the last: start-up, gating and the first generation are the same work in both
-modes), the learner's idle fraction (time waiting for samples), and the wall seconds until the training pass rate (mean of the last 3 steps) first reaches
-`--pass-rate`; then the async/sync ratios. Target: async >= 1.3x sync samples/s, learner
-idle <= 10%.
+modes), the learner's idle fraction (time waiting for samples), and the wall seconds until
+the training pass rate (mean of the last 3 steps) first reaches `--pass-rate`; then the
+async/sync ratios. Target: async >= 1.3x sync samples/s, learner idle <= 10%.
 
     python bench/learning/async_vs_sync.py [--config configs/default.toml] [--steps 8] [--pass-rate 0.3]
 """
@@ -74,13 +74,15 @@ def main(args: argparse.Namespace) -> int:
     results["command"] = " ".join(["bench/learning/async_vs_sync.py", *sys.argv[1:]])
     results["ratio_samples_per_s"] = a["samples_per_s"] / s["samples_per_s"]
     if a["steady_samples_per_s"] and s["steady_samples_per_s"]:
-        results["ratio_steady_samples_per_s"] = a["steady_samples_per_s"] / s["steady_samples_per_s"]
+        results["ratio_steady_samples_per_s"] = (a["steady_samples_per_s"]
+                                                 / s["steady_samples_per_s"])
     print(json.dumps(results, indent=2))
     print(f"samples/s: sync {s['samples_per_s']:.3f}, async {a['samples_per_s']:.3f} "
           f"(x{results['ratio_samples_per_s']:.2f}); steady state (first update to last): "
-          f"x{results.get('ratio_steady_samples_per_s') or float('nan'):.2f}; learner idle: sync {s['idle_frac']}, "
-          f"async {a['idle_frac']}; time to pass rate {args.pass_rate}: sync "
-          f"{s['time_to_pass_rate_s']} s, async {a['time_to_pass_rate_s']} s")
+          f"x{results.get('ratio_steady_samples_per_s') or float('nan'):.2f}; "
+          f"learner idle: sync {s['idle_frac']}, async {a['idle_frac']}; "
+          f"time to pass rate {args.pass_rate}: sync {s['time_to_pass_rate_s']} s, "
+          f"async {a['time_to_pass_rate_s']} s")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))
     return 0
