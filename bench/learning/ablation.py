@@ -80,11 +80,11 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "staleness1_div_sequence": {"training": {"max_staleness": 1},
                                 "learner": {"loss_divisor": "sequence"}},
 }
-BASES = {"staleness1_div_sequence": "staleness1"}
-"The result a variant is compared with when it is not `default`'s runs."
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
  "failures.")
+BASES = {"staleness1_div_sequence": "staleness1"}
+"The result a variant is compared with when it is not `default`'s runs."
 
 
 def protocol(steps: int, tasks: int) -> dict[str, dict]:

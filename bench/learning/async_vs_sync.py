@@ -58,7 +58,7 @@ def summarise(rows: list[dict[str, float]], target: float) -> dict[str, float | 
             break
     first = rows[0]
     steady = ((last["samples_total"] - first["samples_total"]) / (last["wall_s"] - first["wall_s"])
-              if len(rows) > 1 and last["wall_s"] > first["wall_s"] else None)
+              if last["wall_s"] > first["wall_s"] else None)
     return {"steps": len(rows), "samples": last["samples_total"], "wall_s": last["wall_s"],
             "cpu_s": last.get("cpu_s"), "samples_per_s": last["samples_total"] / last["wall_s"],
             "first_update_wall_s": first["wall_s"], "steady_samples_per_s": steady,
