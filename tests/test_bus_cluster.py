@@ -251,12 +251,12 @@ async def test_whet_up_on_a_local_cluster_replicates_and_stops_every_node(tmp_pa
 
     from runtime.broker.embedded import alive
     from runtime.cli import stack_status as status_mod
-    from tests.test_stop import start_whet
+    from tests.test_stop import stack_ready, start_whet
 
-    proc = start_whet(tmp_path, "[bus]\nembedded_nodes = 3\nreplicas = 3\n")
+    proc = start_whet(tmp_path, "embedded_nodes = 3\nreplicas = 3\n")
     try:
         run = tmp_path / "runs" / "latest"
-        await until(lambda: (run / "ready").exists(), 90, "the stack is not ready")
+        await stack_ready(proc, run, 90)
         url = (run / "nats.url").read_text().strip()
         assert len(servers(url)) == 3
         pids = [int(f.stem.rsplit("_", 1)[1]) for f in (run / "nats").glob("node*/ports/*.ports")]

@@ -38,15 +38,21 @@ heartbeat_s = 0.5
 drain_s = 3
 [monitor]
 prometheus_port = 0
-"""
+trials_max_mb = 16
+[bus]
+work_max_mb = 16
+verdicts_max_mb = 16
+{bus}"""
+"""Small stream caps: the server refuses caps its disk cannot hold (75% of the free disk),
+and a probe stack writes little; a full shared /tmp must not fail these tests."""
 
 
-def start_whet(tmp_path: Path, extra: str = "") -> subprocess.Popen:
+def start_whet(tmp_path: Path, bus: str = "") -> subprocess.Popen:
     """`whet up` on its own embedded server, in a process group of its own (as a shell
-    starts a pipeline), its output into a pipe this test holds the reading end of. `extra`
-    is appended to the config."""
+    starts a pipeline), its output into a pipe this test holds the reading end of. `bus`
+    holds more lines of the config's [bus] table."""
     config = tmp_path / "stop.toml"
-    config.write_text(CONFIG.format(runs=tmp_path / "runs") + extra)
+    config.write_text(CONFIG.format(runs=tmp_path / "runs", bus=bus))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("WHET_NATS_URL", None)
     return subprocess.Popen([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
@@ -60,9 +66,20 @@ def server_pid(run: Path) -> int:
     return int(ports.stem.rsplit("_", 1)[1])
 
 
-async def probes_ready(run: Path, deadline_s: float = 60.0) -> None:
+async def stack_ready(proc: subprocess.Popen, run: Path, deadline_s: float) -> None:
+    """Wait for the run's ready file; if `whet up` exits first, fail with what it printed."""
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"whet up exited with {proc.returncode} before it was ready:\n"
+                                 + proc.stdout.read().decode(errors="replace"))
+        return (run / "ready").exists()
+
+    await until(ready, deadline_s, "the stack's ready file")
+
+
+async def probes_ready(proc: subprocess.Popen, run: Path, deadline_s: float = 60.0) -> None:
     with anyio.fail_after(deadline_s):
-        await until(lambda: (run / "ready").exists(), deadline_s, "the stack's ready file")
+        await stack_ready(proc, run, deadline_s)
         bus = await Bus.connect(bus_settings((run / "nats.url").read_text().strip()),
                                 Identity("test", "test-1"))
         try:
@@ -82,7 +99,7 @@ async def test_a_stop_with_the_output_pipe_gone_stops_the_embedded_server(tmp_pa
     proc = start_whet(tmp_path)
     try:
         run = tmp_path / "runs" / "latest"
-        await probes_ready(run)
+        await probes_ready(proc, run)
         server = server_pid(run)
         assert alive(server)
         proc.stdout.close()  # tee died with the Ctrl-C
