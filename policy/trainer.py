@@ -65,6 +65,18 @@ def import_engine(device: str) -> None:
     import deepspeed  # noqa: F401
 
 
+def skip_shared_memory_op(world: int) -> bool:
+    """On one rank, keep DeepSpeed from compiling its CPU shared-memory all-reduce op: no peer
+    shares memory with it, and on a fresh machine the build takes about a minute of CPU before
+    the first update. Call before `deepspeed.init_distributed`; True when it was skipped."""
+    if world != 1:
+        return False
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    return True
+
+
 class Trainer:
     """One rank's DeepSpeed engine: setup and resume, train steps, checkpoints, weights."""
 
@@ -98,6 +110,7 @@ class Trainer:
         backend = "nccl" if self.lc.device == "cuda" else "gloo"
         if join is not None:
             join(backend)  # deepspeed then adopts the group
+        skip_shared_memory_op(self.world)
         deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(days=7))
         model = load_model(self.config.model, "float32", self.device)
         if self.lc.lora is not None:
