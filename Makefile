@@ -33,8 +33,10 @@ test-fast: host-test $(STAMP)
 test-bus: host-test $(STAMP)
 	$(BIN)/pytest -m "unit or bus"
 
+# The sandbox trees build (debootstrap) in a process of their own while the venv installs;
+# `whet up` waits for it. `make test` builds them first: its images are made from them.
 host-run:
-	@$(PYTHON) -m deploy.setup run --venv $(VENV)
+	@$(PYTHON) -m deploy.setup run --venv $(VENV) --trees-behind
 
 host-test:
 	@$(PYTHON) -m deploy.setup test --venv $(VENV)

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from sandbox import envbuild, envs, host
@@ -94,13 +95,32 @@ def install_plugin(root: bool) -> Path:
     return target
 
 
-def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = None) -> int:
+def build_behind(envs_dir: str, names: list[str]) -> Path:
+    """Start `python3 -m sandbox.envbuild` on the trees `names` and return once it builds
+    (its lock held), not when it is done; its output goes to `build.log` in the trees folder,
+    which this returns. `whet up` waits for it before it checks the trees."""
+    log_path = envs.envs_dir(envs_dir) / "build.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"deploy.setup: building the environment trees {', '.join(names)} (debootstrap, "
+          f"about 2 minutes once) while the rest installs; log {log_path}", flush=True)
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sandbox.envbuild", *names,
+                                 "--dir", envs_dir], cwd=ROOT, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    while proc.poll() is None and not envbuild.builder_running(envs_dir):
+        time.sleep(0.05)  # until it holds its lock, so a stack started next waits for it
+    return log_path
+
+
+def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = None,
+          trees_behind: bool = False) -> int:
     """Install what `target` lacks; 0 when the machine is ready, 1 when a person must act. In order:
 
     - system packages with apt-get: for `run`, bubblewrap (the local sandbox), debootstrap while
       the trees are unbuilt, python3-venv while there is no venv and no ensurepip; for `test`,
       also docker.io, runc and docker-compose (the docker backend and the compose stack);
-    - the sandbox environment trees (`sandbox.envbuild`: debootstrap, about 2 minutes once);
+    - the sandbox environment trees (`sandbox.envbuild`: debootstrap, about 2 minutes once),
+      or with `trees_behind` a builder of them left running (`build_behind`);
     - for `test`, the `docker compose` plugin that hands over to docker-compose 1.29
       (deploy/docker-compose-v1-plugin), where `docker compose` does not work yet."""
     root = os.geteuid() == 0 if root is None else root
@@ -115,10 +135,13 @@ def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = No
     if packages:
         print(f"deploy.setup: installing {' '.join(packages)} (apt-get)", flush=True)
         apt_install(packages)
-    for spec in trees:
-        print(f"deploy.setup: building the {spec.key} environment tree (debootstrap, "
-              "about 2 minutes once)", flush=True)
-        envbuild.build(spec, envs_dir)
+    if trees and trees_behind:
+        build_behind(envs_dir, [spec.name for spec in trees])
+    else:
+        for spec in trees:
+            print(f"deploy.setup: building the {spec.key} environment tree (debootstrap, "
+                  "about 2 minutes once)", flush=True)
+            envbuild.build(spec, envs_dir)
     if target == "test" and not compose_plugin_works():
         print(f"deploy.setup: `docker compose` hands over to docker-compose 1.29: "
               f"{install_plugin(root)}", flush=True)
@@ -132,9 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--venv", default=".venv", help="the venv the Makefile makes")
     parser.add_argument("--envs-dir", default="", help="trees folder (default: WHET_ENVS_DIR "
                                                        "or /var/cache/whetstone/envs)")
+    parser.add_argument("--trees-behind", action="store_true",
+                        help="build the sandbox trees in a process left running (make run: "
+                             "while the venv installs; whet up waits for it)")
     args = parser.parse_args(argv)
     try:
-        return setup(args.target, Path(args.venv), args.envs_dir)
+        return setup(args.target, Path(args.venv), args.envs_dir, trees_behind=args.trees_behind)
     except (subprocess.CalledProcessError, RuntimeError) as exc:
         print(f"deploy.setup: {exc}", file=sys.stderr)
         return 1

@@ -6,7 +6,8 @@ run in it, such as mypy's stub cache), `rootfs.tar` (for `docker import`)
 and `manifest.json` (written last: package versions, so a build is frozen and auditable).
 
 Idempotent: a spec whose manifest exists is skipped; a half-built tree is thrown away and
-rebuilt; concurrent builders serialise on a lock file. Stdlib only, so CI can run it with the
+rebuilt; concurrent builders serialise on a lock file, and the command holds another for its
+whole run, so a stack that starts meanwhile can wait for every tree (`wait_for_builder`). Stdlib only, so CI can run it with the
 system Python before the virtual environment exists. It does NOT import images into an
 engine: the docker backend does that from `rootfs.tar` when the image is missing.
 """
@@ -26,6 +27,8 @@ from pathlib import Path
 from sandbox.envs import SPECS, SUITE, EnvSpec, envs_dir, is_built, manifest, rootfs, tarball
 
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
+BUILDING = ".building"
+"The lock file `main` holds while it builds (one tree after another) in an envs folder."
 
 
 def host_mirror() -> str:
@@ -106,11 +109,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default="", help="envs folder (default: WHET_ENVS_DIR or /var/cache/whetstone/envs)")
     parser.add_argument("--mirror", default="", help="Debian mirror (default: the host's)")
     args = parser.parse_args(argv)
-    for name in args.names or sorted(SPECS):
-        env = SPECS[name]
-        path = build(env, args.dir, args.mirror)
-        print(f"env {env.key}: {rootfs(env, args.dir)} ({tarball(env, args.dir).stat().st_size >> 20} MiB tar); {path}")
+    base = envs_dir(args.dir)
+    base.mkdir(parents=True, exist_ok=True)
+    with open(base / BUILDING, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for name in args.names or sorted(SPECS):
+            env = SPECS[name]
+            path = build(env, args.dir, args.mirror)
+            print(f"env {env.key}: {rootfs(env, args.dir)} "
+                  f"({tarball(env, args.dir).stat().st_size >> 20} MiB tar); {path}", flush=True)
     return 0
+
+
+def builder_running(root: str = "") -> bool:
+    """True while a `python -m sandbox.envbuild` builds trees in the envs folder `root`."""
+    return _wait_on_builder(root, block=False)
+
+
+def wait_for_builder(root: str = "") -> bool:
+    """Block until no `python -m sandbox.envbuild` builds in the envs folder `root` (make run
+    starts one behind the venv's install); True if one was building."""
+    return _wait_on_builder(root, block=True)
+
+
+def _wait_on_builder(root: str, block: bool) -> bool:
+    try:
+        held = open(envs_dir(root) / BUILDING)
+    except OSError:  # never built here, or unreadable: no builder to wait for
+        return False
+    with held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            if block:
+                fcntl.flock(held, fcntl.LOCK_SH)
+            return True
 
 
 if __name__ == "__main__":

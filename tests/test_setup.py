@@ -73,7 +73,7 @@ def test_the_makefile_sets_up_the_machine_before_the_venv_and_before_running():
         return r.stdout.splitlines()
 
     run = steps("run")
-    assert run[0] == "python3 -m deploy.setup run --venv .venv"
+    assert run[0] == "python3 -m deploy.setup run --venv .venv --trees-behind"
     assert run[-1].endswith("-m runtime.cli up --config configs/default.toml")
     assert not any("deploy.images" in s for s in run)
     test = steps("test")
@@ -89,3 +89,79 @@ def test_ci_runs_exactly_make_test():
     assert commands[-2:] == ["export CI=true", "make test"]
     for word in ("apt-get", "pip install", "dockerd", "debootstrap", "envbuild"):
         assert word not in text
+
+
+HOLDER = """
+import fcntl, sys
+from pathlib import Path
+from sandbox import envbuild, envs
+base = Path(sys.argv[1])
+with open(base / envbuild.BUILDING, "w") as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    print("held", flush=True)
+    sys.stdin.readline()
+    for spec in envs.SPECS.values():
+        envs.manifest(spec, str(base)).parent.mkdir(parents=True, exist_ok=True)
+        envs.manifest(spec, str(base)).write_text("{}")
+"""
+"""A builder as `python -m sandbox.envbuild` holds its lock; it finishes every tree when told
+(writing the manifests only: debootstrap itself needs root and minutes)."""
+
+
+async def test_whet_up_waits_for_the_trees_a_builder_left_running_is_still_building(
+        tmp_path, monkeypatch):
+    """make run leaves the tree build running while the venv installs: the preflight finds
+    the trees unbuilt but a builder at work, waits for it, then finds them all built."""
+    import anyio
+
+    from runtime.stack import preflight
+    from sandbox import envbuild
+    from tests.conftest import until
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        assert envbuild.builder_running(str(tmp_path))
+        waiting, found = [], []
+        real_wait = envbuild.wait_for_builder
+
+        def wait(root: str) -> bool:
+            waiting.append(root)
+            return real_wait(root)
+
+        monkeypatch.setattr(envbuild, "wait_for_builder", wait)
+
+        async def check() -> None:
+            found.append(await preflight.unbuilt_trees(str(tmp_path)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(check)
+            await until(lambda: waiting, 30, "the preflight waiting for the builder")
+            assert found == []
+            holder.stdin.write("done\n")
+            holder.stdin.flush()
+        assert found == [[]], "every tree built once the builder finished"
+        assert not envbuild.builder_running(str(tmp_path))
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
+
+
+async def test_a_tree_build_left_running_that_fails_is_named_with_its_log(tmp_path,
+                                                                         monkeypatch):
+    """Without debootstrap the build behind fails; setup still returns, and the preflight
+    names the unbuilt trees and the log that says why."""
+    from runtime.stack import preflight
+    from sandbox import envbuild
+    from sandbox.config import SandboxConfig
+
+    monkeypatch.setenv("PATH", VENV_BIN)  # no debootstrap
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    log = setup.build_behind(str(tmp_path), ["python"])
+    envbuild.wait_for_builder(str(tmp_path))
+    assert "debootstrap" in log.read_text()
+    config = SandboxConfig(backend="local", envs_dir=str(tmp_path))
+    problems = await preflight.sandbox_problems("executor.sandbox", config)
+    (trees,) = [p for p in problems if "not built" in p.what]
+    assert str(log) in trees.what and "sandbox.envbuild" in trees.fix

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shutil
 import socket
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -62,13 +63,30 @@ async def sandbox_problems(key: str, config: SandboxConfig,
                                "(cgroup v2, or v1 hierarchies), or set backend = \"docker\""))
     else:
         out += await _docker_problems(key, config)
-    unbuilt = [s.key for s in envs.SPECS.values() if not envs.is_built(s, config.envs_dir)]
+    unbuilt = await unbuilt_trees(config.envs_dir)
     if unbuilt:
         sudo = "" if _is_root() else "sudo "
+        log = envs.envs_dir(config.envs_dir) / "build.log"
+        seen = f"; the last build's log: {log}" if log.is_file() else ""
         out.append(Problem(f"sandbox environment trees {', '.join(unbuilt)} are not built in "
-                           f"{envs.envs_dir(config.envs_dir)}", f"{key}.envs_dir",
+                           f"{envs.envs_dir(config.envs_dir)}{seen}", f"{key}.envs_dir",
                            f"{sudo}python3 -m sandbox.envbuild (make run does it)"))
     return out
+
+
+async def unbuilt_trees(envs_dir: str) -> list[str]:
+    """Keys of the environment trees not built in `envs_dir`, once any builder running there
+    (`make run` leaves one building while the venv installs) has finished."""
+    from sandbox import envbuild, envs
+
+    def unbuilt() -> list[str]:
+        return [s.key for s in envs.SPECS.values() if not envs.is_built(s, envs_dir)]
+
+    if unbuilt() and envbuild.builder_running(envs_dir):
+        print(f"whet: waiting for the sandbox environment trees being built in "
+              f"{envs.envs_dir(envs_dir)} (log: build.log there)", file=sys.stderr, flush=True)
+        await anyio.to_thread.run_sync(envbuild.wait_for_builder, envs_dir, abandon_on_cancel=True)
+    return unbuilt()
 
 
 async def _docker_problems(key: str, config: SandboxConfig) -> list[Problem]:
