@@ -60,10 +60,10 @@ def test_every_committed_report_recomputes_from_its_seed_files(folder):
     assert json.loads((RESULTS / folder / "report.json").read_text())["per_seed"]
 
 
-def test_bands_sort_answers_into_passed_floor_some_credit_and_none():
-    """A pass, an answer at the floor, one with some credit and one with none (a dropped
-    attempt, no reward, counts as none)."""
-    results = {"a": [1.0, "pass"], "b": [-0.5, "fail"], "c": [0.1, "fail"], "d": [0.0, "fail"],
-               "e": [None, "dropped"]}
-    assert report.bands(results) == {"pass": 1, "fail_floor": 1, "fail_some_credit": 1,
-                                     "fail_no_credit": 2}
+def test_answers_sort_into_passed_partial_no_test_passed_does_not_compile_and_unscored():
+    """A pass, an answer that does not compile (-0.5), partial credit (0.45), two with no test
+    passed (0.1: it ran; 0.0) and a dropped attempt without a reward."""
+    results = {"a": [1.0, "pass"], "b": [-0.5, "fail"], "c": [0.45, "fail"], "d": [0.1, "fail"],
+               "e": [0.0, "fail"], "f": [None, "dropped"]}
+    assert report.answer_kinds(results) == {"pass": 1, "partial": 1, "no_test_passed": 2,
+                                            "does_not_compile": 1, "unscored": 1}

@@ -7,9 +7,10 @@ the initial weights, TRL's and whetstone's final policies; both sides' clocks, u
 samples, task-list hashes and whetstone's own held-out rounds); produces `report.json`:
 per seed and pooled over seeds, the paired comparison of the final policies (tasks gained
 and lost, the exact sign test's p, the mean reward difference with a 95% interval), each
-against the initial weights, the clocks side by side with their ratios, the checks that
-both sides had the same tasks, updates and samples, and the whole-run CPU whetstone took to
-reach TRL's final held-out reward. `--check` only compares with the report on disk.
+against the initial weights, each policy's held-out answers by kind (passed, partial
+credit, no test passed, does not compile), the clocks side by side with their ratios, the
+checks that both sides had the same tasks, updates and samples, and the whole-run CPU
+whetstone took to reach TRL's final held-out reward. `--check` only compares with the report on disk.
 """
 
 from __future__ import annotations
@@ -126,15 +127,29 @@ def checks(record: dict) -> dict:
             "heldout_tasks": record["heldout_tasks"]["same_for_every_policy"]}
 
 
-def bands(results: Results) -> dict[str, int]:
-    """Held-out answers by kind: passed; failed at the floor (reward <= -0.5: the answer did
-    not parse or compile, or was cut at the token limit); failed with some credit (reward >
-    0: format or some tests); failed with none."""
-    out = {"pass": 0, "fail_floor": 0, "fail_some_credit": 0, "fail_no_credit": 0}
+KINDS = ("pass", "partial", "no_test_passed", "does_not_compile", "unscored")
+"""Held-out answers by kind (`answer_kind`): passed; failed with partial credit (reward above
+0.1: some tests, or some fields); failed with no test passed (0.1 at most: the program ran,
+or the answer parsed); scored as an answer that does not compile (reward at most -0.4: the
+judge's compile_error, truncation and hack rewards); no reward (a dropped attempt)."""
+
+
+def answer_kind(reward: float | None, outcome: str) -> str:
+    """One held-out answer's kind (`KINDS`)."""
+    if outcome == "pass":
+        return "pass"
+    if reward is None:
+        return "unscored"
+    if reward <= -0.4:
+        return "does_not_compile"
+    return "partial" if reward > 0.1 else "no_test_passed"
+
+
+def answer_kinds(results: Results) -> dict[str, int]:
+    """How many of `results`' answers are of each kind (`KINDS`, every kind named)."""
+    out = dict.fromkeys(KINDS, 0)
     for reward, outcome in results.values():
-        key = ("pass" if outcome == "pass" else "fail_floor" if reward is not None and reward <= -0.5
-               else "fail_some_credit" if reward is not None and reward > 0 else "fail_no_credit")
-        out[key] += 1
+        out[answer_kind(reward, outcome)] += 1
     return out
 
 
@@ -148,6 +163,8 @@ def seed_report(record: dict) -> dict:
             "updates": {"trl": trl["updates"], "whetstone": whet["updates"]},
             "samples": {"trl": trl["samples"], "whetstone": whet["samples"]},
             **comparisons(record["heldout"]), "clocks": clocks([record]), "reach": reach(record),
+            "answers": {label: answer_kinds(results)
+                        for label, results in record["heldout"].items()},
             "checks": checks(record),
             "initial_reward_two_paths": {"this_bench": mean_reward(record["heldout"]["initial"]),
                                          "whetstone_round_0": v0}}
@@ -160,7 +177,7 @@ def pooled(records: list[dict]) -> dict:
                        for t, v in r["heldout"][label].items()}
                for label in ("initial", "trl", "whetstone")}
     return {"seeds": [r["seed"] for r in records], **comparisons(heldout),
-            "answers": {label: bands(results) for label, results in heldout.items()},
+            "answers": {label: answer_kinds(results) for label, results in heldout.items()},
             "clocks": clocks(records), "reach_ratios": [reach(r)["ratio"] for r in records],
             "checks": {k: all(checks(r)[k] for r in records) for k in checks(records[0])}}
 
