@@ -1,7 +1,7 @@
 """Benchmark: whetstone head to head with TRL's GRPOTrainer, every figure from this run's own files.
 
-    PYTHONPATH=. python bench/vs_trl/vs_trl.py --seeds 1 2 3 [--protocol short|full|smoke] \\
-        --out-dir bench/vs_trl/results/<label>
+    PYTHONPATH=. python bench/vs_trl/vs_trl.py --seeds 1 2 3 \\
+        [--protocol short|full|smoke|short_as_trl] --out-dir bench/vs_trl/results/<label>
 
 Per seed: fix one training task list (gated as the sampler gates it, sha256 recorded) that
 both sides train on (`[envs] train_ids`); train with TRL (`vs_trl_grpo.py`) and with `whet up`,
@@ -9,8 +9,8 @@ each in a child process, for the same updates of the same samples, seed, setting
 strings; evaluate the initial weights and both final policies with one function on the same
 held-out tasks (`vs_trl_eval.py`); write `seed-<n>.json` (settings, hashes, both sides'
 clocks: whole run and training only, samples, updates, each held-out task's result). Then
-`vs_trl_report.py` writes `report.json` from those files alone. Protocols: `short.toml` and
-`smoke.toml` beside this file; `full` is configs/default.toml.
+`vs_trl_report.py` writes `report.json` from those files alone. Protocols: `short.toml`,
+`short_as_trl.toml` and `smoke.toml` beside this file; `full` is configs/default.toml.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from bench.vs_trl.vs_trl_eval import heldout_tasks  # noqa: E402
 from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
 
 PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.toml",
-             "smoke": HERE / "smoke.toml"}
+             "smoke": HERE / "smoke.toml", "short_as_trl": HERE / "short_as_trl.toml"}
 "Each protocol's config."
 
 
