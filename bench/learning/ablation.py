@@ -79,11 +79,16 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # staleness1 (the default since 0fb9ef0), whose runs pin the same staleness
     "staleness1_div_sequence": {"training": {"max_staleness": 1},
                                 "learner": {"loss_divisor": "sequence"}},
+    # TRL's GRPOTrainer's choices together (bench/vs_trl/short_as_trl.toml): on-policy,
+    # zero-signal groups kept, TRL's "dapo" divisor, tasks drawn uniformly; against staleness1
+    "as_trl": {"training": {"max_staleness": 0, "zero_signal": "keep"},
+               "learner": {"loss_divisor": "batch_tokens"},
+               "sampler": {"out_of_band_weight": 1.0}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
  "failures.")
-BASES = {"staleness1_div_sequence": "staleness1"}
+BASES = {"staleness1_div_sequence": "staleness1", "as_trl": "staleness1"}
 "The result a variant is compared with when it is not `default`'s runs."
 
 
