@@ -10,7 +10,8 @@ and lost, the exact sign test's p, the mean reward difference with a 95% interva
 against the initial weights, each policy's held-out answers by kind (passed, partial
 credit, no test passed, does not compile), the clocks side by side with their ratios, the
 checks that both sides had the same tasks, updates and samples, and the whole-run CPU
-whetstone took to reach TRL's final held-out reward. `--check` only compares with the report on disk.
+whetstone took to reach TRL's final held-out reward. `--check` only compares with the report
+on disk.
 """
 
 from __future__ import annotations
