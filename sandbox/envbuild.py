@@ -8,8 +8,9 @@ and `manifest.json` (written last: package versions, so a build is frozen and au
 Idempotent: a spec whose manifest exists is skipped; a half-built tree is thrown away and
 rebuilt; concurrent builders serialise on a lock file, and the command holds another for its
 whole run, so a stack that starts meanwhile can wait for every tree (`wait_for_builder`).
-Stdlib only, so CI can run it with the system Python before the virtual environment exists. It does NOT import images into an
-engine: the docker backend does that from `rootfs.tar` when the image is missing.
+Stdlib only, so CI can run it with the system Python before the virtual environment exists.
+It does NOT import images into an engine: the docker backend does that from `rootfs.tar`
+when the image is missing.
 """
 
 from __future__ import annotations
