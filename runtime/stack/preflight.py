@@ -7,7 +7,8 @@ training task list, and every name the config refers to (`runtime.stack.referenc
 Produces `Problem` values, one per thing missing, each naming what, where (the config key it
 follows from) and the fix. `whet up` refuses to start when there is any; `whet doctor` prints them.
 
-It changes nothing on the machine and starts nothing (it binds a port for an instant).
+It changes nothing on the machine and starts nothing (it binds a port for an instant); it
+waits for a sandbox tree builder already at work (`unbuilt_trees`).
 """
 
 from __future__ import annotations
