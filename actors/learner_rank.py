@@ -28,7 +28,8 @@ from bus.nats_bus import Bus
 from policy.config import LearnerConfig
 from policy.ranks import follow, in_daemon_thread
 from policy.rendezvous import Meeting, take_seat, watch_generation
-from policy.trainer import Trainer, import_engine
+from policy.deepspeed_setup import import_engine
+from policy.trainer import Trainer
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.learner_rank")

@@ -31,7 +31,7 @@ TEST_TOOLS = host.DOCKER + (host.HostTool("docker-compose", "docker-compose", "t
 def packages_needed(target: str, venv: Path, envs_dir: str = "") -> list[str]:
     """Debian packages `target` ('run' or 'test') needs and this host lacks."""
     tools = list(host.LOCAL)
-    if unbuilt_trees(envs_dir):
+    if envs.unbuilt(envs_dir):
         tools += host.BUILD
     if target == "test":
         tools += TEST_TOOLS
@@ -39,11 +39,6 @@ def packages_needed(target: str, venv: Path, envs_dir: str = "") -> list[str]:
     if not (venv / "bin" / "python").exists() and importlib.util.find_spec("ensurepip") is None:
         packages.append("python3-venv")  # Debian keeps `python3 -m venv` in its own package
     return packages
-
-
-def unbuilt_trees(envs_dir: str = "") -> list[envs.EnvSpec]:
-    """Environment specs whose tree is not built yet."""
-    return [spec for spec in envs.SPECS.values() if not envs.is_built(spec, envs_dir)]
 
 
 PLUGIN_DIRS = (Path.home() / ".docker" / "cli-plugins", SYSTEM_PLUGINS,
@@ -125,7 +120,7 @@ def setup(target: str, venv: Path, envs_dir: str = "", *, root: bool | None = No
       (deploy/docker-compose-v1-plugin), where `docker compose` does not work yet."""
     root = os.geteuid() == 0 if root is None else root
     packages = packages_needed(target, venv, envs_dir)
-    trees = unbuilt_trees(envs_dir)
+    trees = envs.unbuilt(envs_dir)
     if (packages or trees) and not root:
         lacking = [f"{', '.join(packages)} (not installed)"] if packages else []
         lacking += [f"the sandbox trees {', '.join(s.key for s in trees)} (not built)"] if trees else []

@@ -4,7 +4,8 @@ Consumes the Python environment's prefix and the extensions folder; produces a f
 environment (so two checkouts or virtual environments on one machine do not rebuild each
 other's ops: torch rebuilds when the include paths differ, under one shared lock) and
 removes a build lock no live build can hold (a learner killed mid-build leaves its `lock`
-file behind, and every later learner would wait on it forever). It builds nothing itself.
+file behind, and every later learner would wait on it forever); keeps a single rank from
+building the shared-memory op it has no use for. It builds nothing itself.
 """
 
 from __future__ import annotations
@@ -53,3 +54,15 @@ def prepare() -> Path:
     if folder.exists():
         clear_stale_locks(folder)
     return folder
+
+
+def skip_shared_memory_op(world: int) -> bool:
+    """On one rank, keep DeepSpeed from compiling its CPU shared-memory all-reduce op: no peer
+    shares memory with it, and on a fresh machine the build takes about a minute of CPU before
+    the first update. Call before `deepspeed.init_distributed`; True when it was skipped."""
+    if world != 1:
+        return False
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    return True

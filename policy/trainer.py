@@ -26,55 +26,12 @@ from typing import Any, Callable, Iterator
 import structlog
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
-from policy.config import LearnerConfig, TrainerConfig
-from policy.precision import training_precision, weights_dtype
+from policy.config import TrainerConfig
+from policy.deepspeed_setup import ds_config, import_engine
+from policy.extensions import skip_shared_memory_op
+from policy.precision import weights_dtype
 
 log = structlog.get_logger("learner")
-
-
-def ds_config(lc: LearnerConfig, world: int) -> dict:
-    """The DeepSpeed config for a learner section."""
-    zero: dict[str, Any] = {"stage": lc.zero_stage}
-    if lc.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu"}
-    return {
-        "train_micro_batch_size_per_gpu": 1,
-        "gradient_accumulation_steps": 1,
-        "train_batch_size": world,
-        # Batches vary in size: every backward() accumulates, every step() is one update.
-        "managed_gradient_accumulation": False,
-        "gradient_clipping": lc.grad_clip,
-        "steps_per_print": 1 << 30,
-        "zero_optimization": zero,
-        # Ranks of their own (possibly on other hosts) each write a whole checkpoint folder.
-        "checkpoint": {"use_node_local_storage": lc.ranks == "bus"},
-        "bf16": {"enabled": training_precision(lc.precision, lc.device) == "bf16"},
-        "optimizer": {"type": "AdamW", "params": {
-            "lr": lc.lr, "weight_decay": lc.weight_decay, "betas": [0.9, 0.999], "eps": 1e-8,
-            # torch's AdamW needs no compiled op; the CPU-offload optimizer does.
-            "torch_adam": not lc.offload_optimizer}},
-    }
-
-
-def import_engine(device: str) -> None:
-    """Import DeepSpeed for `device` (slow: seconds); a rank may do it while it waits."""
-    os.environ["DS_ACCELERATOR"] = device
-    from policy.extensions import prepare
-
-    prepare()
-    import deepspeed  # noqa: F401
-
-
-def skip_shared_memory_op(world: int) -> bool:
-    """On one rank, keep DeepSpeed from compiling its CPU shared-memory all-reduce op: no peer
-    shares memory with it, and on a fresh machine the build takes about a minute of CPU before
-    the first update. Call before `deepspeed.init_distributed`; True when it was skipped."""
-    if world != 1:
-        return False
-    import deepspeed.ops
-
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
-    return True
 
 
 class Trainer:

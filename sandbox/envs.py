@@ -110,3 +110,8 @@ def tarball(env: EnvSpec, configured: str = "") -> Path:
 def is_built(env: EnvSpec, configured: str = "") -> bool:
     """True when the tree of `env` was built completely."""
     return manifest(env, configured).is_file()
+
+
+def unbuilt(configured: str = "") -> list[EnvSpec]:
+    """The specs whose tree is not built completely in the envs folder `configured`."""
+    return [spec for spec in SPECS.values() if not is_built(spec, configured)]

@@ -36,7 +36,8 @@ def test_a_lock_older_than_any_build_is_removed_and_a_fresh_one_is_kept(tmp_path
 
 SINGLE_RANK = """
 import os, socket
-from policy.trainer import import_engine, skip_shared_memory_op
+from policy.deepspeed_setup import import_engine
+from policy.extensions import skip_shared_memory_op
 with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]),

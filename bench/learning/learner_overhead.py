@@ -3,7 +3,7 @@ Target: whetstone / bare <= 1.1.
 
 Consumes nothing; measures, in one run and with the same thread count:
 - bare: a child process that builds the DeepSpeed engine from the same config
-  (`policy.trainer.ds_config`) and times forward, policy-gradient loss, backward and step on
+  (`policy.deepspeed_setup.ds_config`) and times forward, policy-gradient loss, backward and step on
   a fixed batch of `--batch` sequences of `--tokens` tokens (half prompt, half completion);
 - whetstone: the learner actor as a real process on its own nats-server, fed synthetic
   verdicts of the same shape; from its `learner.step_completed` events, `step_s` (assemble,
@@ -63,7 +63,7 @@ def bare_steps(config_path: str, steps: int, batch: int, tokens: int) -> list[fl
     import torch
 
     from policy.model import load_model
-    from policy.trainer import ds_config
+    from policy.deepspeed_setup import ds_config
 
     deepspeed.init_distributed(dist_backend="nccl" if device == "cuda" else "gloo")
     model = load_model(cfg.model, "float32", device).train()

@@ -80,14 +80,11 @@ async def unbuilt_trees(envs_dir: str) -> list[str]:
     (`make run` leaves one building while the venv installs) has finished."""
     from sandbox import envbuild, envs
 
-    def unbuilt() -> list[str]:
-        return [s.key for s in envs.SPECS.values() if not envs.is_built(s, envs_dir)]
-
-    if unbuilt() and envbuild.builder_running(envs_dir):
+    if envs.unbuilt(envs_dir) and envbuild.builder_running(envs_dir):
         print(f"whet: waiting for the sandbox environment trees being built in "
               f"{envs.envs_dir(envs_dir)} (log: build.log there)", file=sys.stderr, flush=True)
         await anyio.to_thread.run_sync(envbuild.wait_for_builder, envs_dir, abandon_on_cancel=True)
-    return unbuilt()
+    return [spec.key for spec in envs.unbuilt(envs_dir)]
 
 
 async def _docker_problems(key: str, config: SandboxConfig) -> list[Problem]:
