@@ -84,11 +84,15 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "as_trl": {"training": {"max_staleness": 0, "zero_signal": "keep"},
                "learner": {"loss_divisor": "batch_tokens"},
                "sampler": {"out_of_band_weight": 1.0}},
+    # issue 22: two optimizer steps per batch, each on half of it (the clip against the
+    # proximal policy): more updates from the same samples; against staleness1
+    "minibatches2": {"training": {"max_staleness": 1}, "learner": {"minibatches": 2}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
  "failures.")
-BASES = {"staleness1_div_sequence": "staleness1", "as_trl": "staleness1"}
+BASES = {"staleness1_div_sequence": "staleness1", "as_trl": "staleness1",
+         "minibatches2": "staleness1"}
 "The result a variant is compared with when it is not `default`'s runs."
 
 
