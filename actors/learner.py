@@ -11,7 +11,9 @@ verdict id it consumed. It is DeepSpeed rank 0; the other ranks are its children
 `policy.checkpoint.LearnerState`, so a restart resumes with optimizer state and never trains
 a sample twice (`Learner`). When it stops, it writes the newest checkpoint as a Hugging Face
 folder, `<run dir>/model/` (`policy.export`; with LoRA merged, plus `<run dir>/adapter/`).
-It does not sample, judge or choose tasks, and it never sees eval verdicts.
+On one CPU rank it trains on the cores the generators and executors leave idle
+(`policy.spare_cores`). It does not sample, judge or choose tasks, and never sees eval
+verdicts.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
 from policy.publisher import Publisher, round_reported
+from policy.spare_cores import SpareCores, for_learner
 from policy.versions import current_version, object_name
 from runtime.config import RunConfig
 
@@ -123,6 +126,8 @@ class Learner:
         "Bytes of the newest checkpoint written: the room a next one needs."
         self.inbox, self.outbox = anyio.create_memory_object_stream[tuple[Verdict, Delivery]](
             self.held_limit)
+        self.spare: SpareCores | None = for_learner(config.learner, ranks.trainer)
+        "The cores training may borrow while the others wait (None: it keeps its own)."
 
     @property
     def held_limit(self) -> int:
@@ -275,6 +280,8 @@ class Learner:
         """Next version: the trained weights (copied, so training may go on while they upload),
         or, if nothing was trained since, the same weights renumbered (admission counts batches)."""
         self.version += 1
+        if self.spare is not None:  # new weights: the generators get work again
+            self.spare.lower()
         parts = await self.ranks.call("weights", True) if self.unpublished else None
         if parts is not None:
             self.object_name = object_name(self.version)
@@ -381,6 +388,14 @@ async def run(bus: Bus, config: RunConfig, *,
                     await learner.publisher.follow_rounds()
 
             tg.start_soon(follow_rounds)
+            spare = anyio.CancelScope()
+
+            async def lend_cores() -> None:
+                with spare:  # until the learner has finished
+                    if learner.spare is not None:
+                        await learner.spare.watch(bus)
+
+            tg.start_soon(lend_cores)
             await tg.start(learner.publisher.run)
             await tg.start(partial(consume, bus, subjects.CONSUMER_LEARNER, Verdict,
                                    learner.on_verdict, max_in_flight=learner.held_limit,
@@ -392,6 +407,7 @@ async def run(bus: Bus, config: RunConfig, *,
                 await export_final(config, bus, ranks.dir)
             peers.cancel()
             rounds.cancel()
+            spare.cancel()
     finally:
         with anyio.CancelScope(shield=True):
             await ranks.close()

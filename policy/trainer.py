@@ -46,6 +46,10 @@ class Trainer:
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         self.device = "cpu"
         self.temperature = config.sampling.temperature or 1.0
+        self.threads: Callable[[], int] | None = None
+        "Threads for the next micro-batch of `train` (`policy.spare_cores`); None: as started."
+        self.threads_used = 0
+        "The most threads a micro-batch of the last `train` ran on."
 
     def _bind(self) -> None:
         if self.lc.device == "cuda":
@@ -135,6 +139,7 @@ class Trainer:
         self._bind()
         began = time.monotonic()
         totals: dict[str, float] = {}
+        self.threads_used = 0
         minis = split_even(samples, max(1, min(self.lc.minibatches, len(samples))))
         prox_all = [self._proximal(m) for m in minis] if len(minis) > 1 else [None] * len(minis)
         for mini, prox in zip(minis, prox_all):
@@ -145,6 +150,7 @@ class Trainer:
                                    minibatches=len(minis))
             scale_of = {id(s): c for s, c in zip(mini, scales)}
             for i, micro in enumerate(micros):
+                self._take_threads()
                 loss, stats = self._loss(micro, None if prox is None else prox[i], scale_of)
                 self.engine.backward(loss)
                 for k, v in stats.items():
@@ -156,9 +162,19 @@ class Trainer:
         tokens = max(totals.get("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in totals.items() if k != "tokens"}
         out.update(tokens=totals.get("tokens", 0.0), train_s=time.monotonic() - began,
+                   threads=float(self.threads_used),
                    optimizer_steps=float(self.engine.global_steps),
                    grad_norm=float(norm) if norm is not None and math.isfinite(float(norm)) else -1.0)
         return out
+
+    def _take_threads(self) -> None:
+        """Run the next micro-batch on `threads()` threads (set in this thread: the count is
+        per calling thread)."""
+        import torch
+
+        if self.threads is not None and self.threads() != torch.get_num_threads():
+            torch.set_num_threads(self.threads())
+        self.threads_used = max(self.threads_used, torch.get_num_threads())
 
     def sft_step(self, samples: list[TrainSample]) -> dict[str, float]:
         """One optimizer update of supervised fine-tuning: the token mean, over `samples`,

@@ -37,10 +37,14 @@ evaluator = 0
 """
 
 
-def run_mode(base: Path, mode: str, steps: int, workdir: Path) -> list[dict[str, float]]:
-    runs = workdir / mode
-    config = workdir / f"{mode}.toml"
-    config.write_text(OVERRIDE.format(base=base, mode=mode, runs=runs, steps=steps))
+def run_mode(base: Path, mode: str, steps: int, workdir: Path, extra: str = "",
+             label: str = "") -> list[dict[str, float]]:
+    """Run `base` in `mode` for `steps` steps, evaluator off, with `extra` TOML appended,
+    under `workdir/<label or mode>`; returns its metrics/train.csv rows."""
+    label = label or mode
+    runs = workdir / label
+    config = workdir / f"{label}.toml"
+    config.write_text(OVERRIDE.format(base=base, mode=mode, runs=runs, steps=steps) + extra)
     subprocess.run([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
     with (runs / "latest" / "metrics" / "train.csv").open(newline="") as f:

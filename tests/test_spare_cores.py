@@ -1,0 +1,87 @@
+"""The learner's spare cores: it trains with every core only while the generators and
+executors have no work, read from a real nats-server's consumer state."""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import pytest
+
+from bus import subjects
+from policy.spare_cores import SpareCores
+from tests.conftest import until
+
+pytestmark = pytest.mark.bus
+
+
+def test_a_poll_begun_before_lowering_cannot_raise_the_count():
+    share = SpareCores(base=1, most=2)
+    assert share.wanted == 1  # nothing polled yet
+    share.observe(0, time.monotonic())
+    assert (share.wanted, share.raised) == (2, 1)
+    before = time.monotonic()
+    share.lower()
+    share.observe(0, before)  # begun before the weights went out: stale
+    assert share.wanted == 1
+    share.observe(0, time.monotonic())
+    assert (share.wanted, share.raised) == (2, 2)
+    share.observe(3, time.monotonic())
+    assert share.wanted == 1
+
+
+@pytest.mark.parametrize("spec", [subjects.CONSUMER_TASKS, subjects.CONSUMER_EXEC])
+async def test_the_count_follows_work_pending_and_held(bus, spec):
+    """Idle consumers raise it; a message pending, then held unacked, lowers it; acked, it
+    rises again."""
+    await bus.ensure_consumer(spec)
+    share = SpareCores(base=1, most=2)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(share.watch, bus, 0.05)
+        await until(lambda: share.wanted == 2, 10, "idle consumers did not free the cores")
+        subject = subjects.TASKS if spec is subjects.CONSUMER_TASKS else subjects.EXEC_REQUESTS
+        await bus.js.publish(subject, b"work", stream=spec.stream)
+        await until(lambda: share.wanted == 1, 10, "a pending message left the cores lent")
+        sub = await bus.js.pull_subscribe_bind(durable=spec.durable, stream=spec.stream)
+        [msg] = await sub.fetch(1, timeout=5)
+        await anyio.sleep(0.3)  # several polls: held unacked, it is still work
+        assert share.wanted == 1
+        await msg.ack()
+        await until(lambda: share.wanted == 2, 10, "acked work kept the cores from the learner")
+        tg.cancel_scope.cancel()
+
+
+async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_path):
+    """The learner wires the share into its trainer (CPU, one rank, more cores than its
+    own threads); each micro-batch of a step takes the count the share gives at its start."""
+    import msgspec
+    import numpy as np
+    import torch
+
+    from policy.batch import TrainSample
+    from policy.ranks import RankGroup
+    from policy.spare_cores import for_learner, usable_cores
+    from tests.test_learner import tiny_run_config
+
+    cfg = tiny_run_config(tmp_path)
+    rng = np.random.default_rng(0)
+    samples = [TrainSample(f"v{i}", "g", 0, float(i % 2) * 2 - 1,
+                           rng.integers(3, 49152, 12).astype(np.int64),
+                           np.r_[np.zeros(4, bool), np.ones(8, bool)],
+                           np.full(12, -10.8, np.float32)) for i in range(8)]
+    ranks = RankGroup(cfg.trainer, tmp_path / "ckpt")
+    await ranks.start()
+    own = torch.get_num_threads()
+    try:
+        share = for_learner(cfg.learner, ranks.trainer)
+        assert (share is None) == (usable_cores() <= own)
+        off = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
+            cfg.learner, spare_cores=False))
+        assert for_learner(off.learner, ranks.trainer) is None
+        given = [own + 1]
+        ranks.trainer.threads = lambda: given[0]
+        assert (await ranks.call("train", samples))["threads"] == own + 1
+        given[0] = own
+        assert (await ranks.call("train", samples))["threads"] == own
+    finally:
+        await ranks.close()
