@@ -5,7 +5,8 @@
 Consumes a run config (the settings both sides share; `[envs] train_ids` names the task
 list); gates those tasks as the sampler does (gate reports from the disk cache), trains the
 policy with TRL's `GRPOTrainer` on CPU for `training.max_steps` updates of `batch_size`
-samples, `bench.vs_trl.trl_reward.JudgeReward` its only reward, the training stop strings
+samples (each `learner.minibatches` optimizer steps, as whetstone's learner takes them),
+`bench.vs_trl.trl_reward.JudgeReward` its only reward, the training stop strings
 given to `generate` through `generation_kwargs`. Writes `DIR/trl.json` (settings, the tasks
 trained on, per-step curve, training-only clocks, sandbox CPU) and the final policy as
 `DIR/model/`. Its whole-run clocks are the bench's (`bench.vs_trl.clock`); the held-out
@@ -42,19 +43,20 @@ def bf16_native() -> bool:
 def grpo_settings(cfg, *, bf16: bool, out_dir: str) -> dict[str, Any]:
     """GRPOConfig arguments: each shared setting taken from the whetstone config."""
     tr, lc, gen = cfg.training, cfg.learner, cfg.generator.sampling
-    micro = min(lc.micro_batch_size, tr.batch_size)
-    if tr.batch_size % micro or tr.batch_size % tr.group_size:
+    micro = min(lc.micro_batch_size, tr.batch_size // lc.minibatches)
+    if tr.batch_size % (micro * lc.minibatches) or tr.batch_size % tr.group_size:
         raise ValueError(f"batch_size {tr.batch_size} must be a multiple of micro_batch_size "
-                         f"{micro} and group_size {tr.group_size} for TRL")
-    if lc.minibatches != 1:
-        raise ValueError("the bench maps one optimizer step per batch only (learner.minibatches = 1)")
+                         f"{micro} x minibatches {lc.minibatches} and of group_size "
+                         f"{tr.group_size} for TRL")
     return dict(
         output_dir=out_dir, use_cpu=True, bf16=bf16, fp16=False, seed=cfg.run.seed,
-        max_steps=tr.max_steps,
-        # One optimizer step per batch of `batch_size` samples, `group_size` per prompt, in
-        # micro-batches of `micro_batch_size`; TRL generates the whole batch in one call.
+        max_steps=tr.max_steps * lc.minibatches,
+        # `minibatches` optimizer steps per batch of `batch_size` samples, `group_size` per
+        # prompt, in micro-batches of `micro_batch_size`; TRL generates the whole batch in one
+        # call, then steps through it (clipped against the generating policy when it takes
+        # more than one step, as whetstone clips against the proximal policy).
         num_generations=tr.group_size, per_device_train_batch_size=micro,
-        gradient_accumulation_steps=tr.batch_size // micro,
+        gradient_accumulation_steps=tr.batch_size // micro // lc.minibatches,
         generation_batch_size=tr.batch_size, num_iterations=1,
         # Sampling of training attempts; an answer ends at the generator's stop strings
         # (`generate` needs the tokenizer for those: `train` binds it).
@@ -119,9 +121,10 @@ def with_signal(rewards: list[float | None], group_size: int) -> int:
 
 
 def make_curve_callback(reward: JudgeReward, samples_per_step: int, group_size: int,
-                        stops: list[str]):
+                        stops: list[str], steps_per_update: int = 1):
     """A TrainerCallback recording the clocks when training begins and one curve point per
-    optimizer step: clocks, samples (with signal), completions ended at a stop string, the
+    update (a generated batch, `steps_per_update` optimizer steps; TRL's metrics those of
+    its last step): clocks, samples (with signal), completions ended at a stop string, the
     judge's mean reward and pass rate, TRL's metrics."""
     from transformers import TrainerCallback
 
@@ -134,12 +137,15 @@ def make_curve_callback(reward: JudgeReward, samples_per_step: int, group_size: 
             self.began = stamp(reward)
 
         def on_step_end(self, args, state, control, **kw):
+            if state.global_step % steps_per_update:
+                return  # the update's batch is not used up yet
+            step = state.global_step // steps_per_update
             judged = reward.last
             rewards = [None if j.judgement.infra else j.judgement.reward for j in judged]
             scored = [r for r in rewards if r is not None]
             texts = [j.attempt.turns[-1].completion for j in judged]
             self.points.append({
-                "step": state.global_step, "samples": state.global_step * samples_per_step,
+                "step": step, "samples": step * samples_per_step,
                 "with_signal": with_signal(rewards, group_size), **stamp(reward),
                 "train_reward": round(sum(scored) / len(scored), 4) if scored else None,
                 "pass_rate": round(sum(j.judgement.outcome == "pass" for j in judged)
@@ -148,7 +154,8 @@ def make_curve_callback(reward: JudgeReward, samples_per_step: int, group_size: 
                 "ended_at_stop": sum(any(s in t for s in stops) for t in texts), "trl": {}})
 
         def on_log(self, args, state, control, logs=None, **kw):
-            if self.points and logs:  # the step's metrics; the summary at the end adds none
+            if (self.points and logs and not state.global_step % steps_per_update):
+                # the update's last step's metrics; the summary at the end adds none
                 self.points[-1]["trl"].update({k: round(v, 5) if isinstance(v, float) else v
                                                for k, v in logs.items() if k in LOGGED})
 
@@ -189,7 +196,8 @@ def train(cfg, tasks: dict[str, list[Task]], out_dir: Path) -> dict[str, Any]:
                      stops=tuple(cfg.generator.sampling.stop),
                      eos_id=tokenizer.eos_token_id) as reward:
         curve = make_curve_callback(reward, cfg.training.batch_size, cfg.training.group_size,
-                                    list(cfg.generator.sampling.stop))
+                                    list(cfg.generator.sampling.stop),
+                                    cfg.learner.minibatches)
         trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=GRPOConfig(**settings),
                               train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                               callbacks=[curve])

@@ -1,0 +1,32 @@
+"""bench/vs_trl's TRL side takes whetstone's settings: its GRPOConfig makes the same
+optimizer steps per generated batch as whetstone's learner (`learner.minibatches`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.vs_trl.vs_trl_grpo import grpo_settings
+from policy.config import LearnerConfig
+from runtime.config import RunConfig, TrainingConfig
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("minibatches", [1, 2])
+def test_trl_takes_as_many_optimizer_steps_per_generated_batch(tmp_path, minibatches):
+    from trl import GRPOConfig
+
+    cfg = RunConfig(training=TrainingConfig(batch_size=32, group_size=8, max_steps=8),
+                    learner=LearnerConfig(micro_batch_size=8, minibatches=minibatches))
+    trl = GRPOConfig(**grpo_settings(cfg, bf16=False, out_dir=str(tmp_path)))
+    # One generation of 32 samples feeds `minibatches` optimizer steps; 8 generations in all.
+    assert trl.generation_batch_size == 32
+    per_step = trl.per_device_train_batch_size * trl.gradient_accumulation_steps
+    assert 32 // per_step == minibatches and trl.max_steps * per_step == 8 * 32
+
+
+def test_a_batch_that_does_not_split_into_its_minibatches_is_refused(tmp_path):
+    cfg = RunConfig(training=TrainingConfig(batch_size=24, group_size=8),
+                    learner=LearnerConfig(micro_batch_size=8, minibatches=2))
+    with pytest.raises(ValueError, match="minibatches 2"):
+        grpo_settings(cfg, bf16=False, out_dir=str(tmp_path))
