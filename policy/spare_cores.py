@@ -4,7 +4,8 @@ Consumes the work streams' consumer state (`Bus.stream_states`): the generators'
 round and turn consumers and the executors' job consumer. Produces the thread count the
 learner's next micro-batch should use (`SpareCores.wanted`, read from the training thread):
 the cores this process may run on while none of those consumers has a message pending or
-held, else the learner's own share (`supervisor.threads`). `lower()` drops back at once,
+held, else the learner's own share (`supervisor.threads`); the trainer reads it before each
+micro-batch and each decoder layer's forward and backward (`switch_points`). `lower()` drops back at once,
 until a poll that began after it finds the others idle again: the learner calls it on
 publishing weights, which hands the generators new work. On one host with one rank only
 (`[learner] spare_cores`); it reads no other host's load and never changes another process.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import structlog
@@ -44,6 +45,28 @@ def for_learner(lc: Any, trainer: Any) -> SpareCores | None:
         trainer.threads = lambda: share.wanted
     log.info("learner.spare_cores", threads=base, most=most)
     return share
+
+
+def switch_points(model: Any, take: Callable[[], None]) -> int:
+    """Call `take()` (which sets the calling thread's torch threads) before each decoder
+    layer's forward and, through a hook on its input, before its backward: a step can take
+    or give back the cores a few dozen times, not only between micro-batches. On the CPU
+    the backward runs in the thread that called it. Returns the layers hooked (0 where no
+    module's class name ends in "DecoderLayer")."""
+    import torch
+
+    def grad_hook(grad: Any) -> None:
+        take()
+
+    def pre_hook(module: Any, args: tuple) -> None:
+        take()
+        if args and isinstance(args[0], torch.Tensor) and args[0].requires_grad:
+            args[0].register_hook(grad_hook)
+
+    layers = [m for m in model.modules() if type(m).__name__.endswith("DecoderLayer")]
+    for layer in layers:
+        layer.register_forward_pre_hook(pre_hook)
+    return len(layers)
 
 
 def usable_cores() -> int:

@@ -30,6 +30,7 @@ from policy.config import TrainerConfig
 from policy.deepspeed_setup import ds_config, import_engine
 from policy.extensions import skip_shared_memory_op
 from policy.precision import weights_dtype
+from policy.spare_cores import switch_points
 
 log = structlog.get_logger("learner")
 
@@ -47,7 +48,7 @@ class Trainer:
         self.device = "cpu"
         self.temperature = config.sampling.temperature or 1.0
         self.threads: Callable[[], int] | None = None
-        "Threads for the next micro-batch of `train` (`policy.spare_cores`); None: as started."
+        "Threads to train on from the next micro-batch or layer (`policy.spare_cores`); None: as started."
         self.threads_used = 0
         "The most threads a micro-batch of the last `train` ran on."
 
@@ -80,6 +81,7 @@ class Trainer:
             model = wrap(model, self.lc.lora)
             trainable_state_only(model)
         model.train()
+        self.layers_hooked = switch_points(model, self._take_threads)
         self.pad_id = model.config.pad_token_id or 0
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
         self.engine, *_ = deepspeed.initialize(
@@ -162,19 +164,28 @@ class Trainer:
         tokens = max(totals.get("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in totals.items() if k != "tokens"}
         out.update(tokens=totals.get("tokens", 0.0), train_s=time.monotonic() - began,
-                   threads=float(self.threads_used),
+                   threads=float(self.threads_used or self._threads_now()),
                    optimizer_steps=float(self.engine.global_steps),
                    grad_norm=float(norm) if norm is not None and math.isfinite(float(norm)) else -1.0)
         return out
 
-    def _take_threads(self) -> None:
-        """Run the next micro-batch on `threads()` threads (set in this thread: the count is
-        per calling thread)."""
+    @staticmethod
+    def _threads_now() -> int:
         import torch
 
-        if self.threads is not None and self.threads() != torch.get_num_threads():
-            torch.set_num_threads(self.threads())
-        self.threads_used = max(self.threads_used, torch.get_num_threads())
+        return torch.get_num_threads()
+
+    def _take_threads(self) -> None:
+        """Run on `threads()` threads from here on (set in this thread: the count is per
+        calling thread); called before each micro-batch and each decoder layer."""
+        if self.threads is None:
+            return
+        import torch
+
+        wanted = self.threads()
+        if wanted != torch.get_num_threads():
+            torch.set_num_threads(wanted)
+        self.threads_used = max(self.threads_used, wanted)
 
     def sft_step(self, samples: list[TrainSample]) -> dict[str, float]:
         """One optimizer update of supervised fine-tuning: the token mean, over `samples`,

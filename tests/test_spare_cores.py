@@ -83,5 +83,17 @@ async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_
         assert (await ranks.call("train", samples))["threads"] == own + 1
         given[0] = own
         assert (await ranks.call("train", samples))["threads"] == own
+        # Within one micro-batch: asked before the micro-batch, then before each decoder
+        # layer's forward and backward; the cores come free after the first ask.
+        asked = []
+
+        def freed_after_first() -> int:
+            asked.append(1)
+            return own if len(asked) == 1 else own + 1
+
+        ranks.trainer.threads = freed_after_first
+        layers = ranks.trainer.layers_hooked
+        assert (await ranks.call("train", samples[:4]))["threads"] == own + 1
+        assert layers > 0 and len(asked) == 1 + 2 * layers
     finally:
         await ranks.close()

@@ -47,6 +47,11 @@ def run_mode(base: Path, mode: str, steps: int, workdir: Path, extra: str = "",
     config.write_text(OVERRIDE.format(base=base, mode=mode, runs=runs, steps=steps) + extra)
     subprocess.run([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    return read_rows(runs)
+
+
+def read_rows(runs: Path) -> list[dict[str, float]]:
+    """The metrics/train.csv rows of the latest run under `runs`."""
     with (runs / "latest" / "metrics" / "train.csv").open(newline="") as f:
         return [{k: float(v) for k, v in row.items() if v not in ("", None)}
                 for row in csv.DictReader(f)]
