@@ -143,7 +143,9 @@ class Trainer:
         totals: dict[str, float] = {}
         self.threads_used = 0
         minis = split_even(samples, max(1, min(self.lc.minibatches, len(samples))))
-        prox_all = [self._proximal(m) for m in minis] if len(minis) > 1 else [None] * len(minis)
+        # The proximal policy is the weights before this batch's first step: the first
+        # minibatch's own forward gives it (None), the later ones need it computed now.
+        prox_all = [None] + [self._proximal(m) for m in minis[1:]]
         for mini, prox in zip(minis, prox_all):
             micros = self._micro_batches(mini)
             scales = sample_scales([s.tokens for s in mini], self.lc.loss_divisor,
