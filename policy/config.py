@@ -143,9 +143,11 @@ class LearnerConfig(Section):
     "Gradient norm clip (0 turns it off)."
     micro_batch_size: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
     "Sequences per forward pass; a batch is several micro-batches of one optimizer step."
-    spare_cores: bool = True
+    spare_cores: bool = False
     ("CPU, one rank: while no generator or executor has work pending or held, train with "
-     "every core this process may use, else with `supervisor.threads` (`policy.spare_cores`).")
+     "every core this process may use, else with `supervisor.threads` (`policy.spare_cores`). "
+     "Off by default: on 2 cores, async, it did not speed the job up "
+     "(bench/learning/results/spare_cores.json).")
     minibatches: Annotated[int, msgspec.Meta(ge=1, le=64)] = 1
     "Optimizer steps per batch; above 1 the batch is split and the clip acts against the proximal policy."
     clip_eps: Annotated[float, msgspec.Meta(gt=0, lt=1)] = 0.2

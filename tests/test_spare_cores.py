@@ -52,8 +52,9 @@ async def test_the_count_follows_work_pending_and_held(bus, spec):
 
 
 async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_path):
-    """The learner wires the share into its trainer (CPU, one rank, more cores than its
-    own threads); each micro-batch of a step takes the count the share gives at its start."""
+    """The learner wires the share into its trainer (when on, on the CPU with one rank and
+    more cores than its own thread); each micro-batch, and each decoder layer within it,
+    takes the count it is given."""
     import msgspec
     import numpy as np
     import torch
@@ -71,13 +72,17 @@ async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_
                            np.full(12, -10.8, np.float32)) for i in range(8)]
     ranks = RankGroup(cfg.trainer, tmp_path / "ckpt")
     await ranks.start()
-    own = torch.get_num_threads()
+    started = torch.get_num_threads()
+    torch.set_num_threads(1)  # the learner's own share, as the supervisor sets it
+    own = 1
     try:
-        share = for_learner(cfg.learner, ranks.trainer)
-        assert (share is None) == (usable_cores() <= own)
-        off = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
-            cfg.learner, spare_cores=False))
-        assert for_learner(off.learner, ranks.trainer) is None
+        on = msgspec.structs.replace(cfg.learner, spare_cores=True)
+        assert for_learner(cfg.learner, ranks.trainer) is None  # off by default
+        share = for_learner(on, ranks.trainer)
+        assert (share is None) == (usable_cores() == 1)
+        if share is not None:  # wired: the trainer reads the share's count
+            share.observe(0, float("inf"))
+            assert ranks.trainer.threads() == usable_cores()
         given = [own + 1]
         ranks.trainer.threads = lambda: given[0]
         assert (await ranks.call("train", samples))["threads"] == own + 1
@@ -96,4 +101,5 @@ async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_
         assert (await ranks.call("train", samples[:4]))["threads"] == own + 1
         assert layers > 0 and len(asked) == 1 + 2 * layers
     finally:
+        torch.set_num_threads(started)
         await ranks.close()
