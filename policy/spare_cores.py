@@ -43,6 +43,7 @@ def for_learner(lc: Any, trainer: Any) -> SpareCores | None:
     share = SpareCores(base, most)
     if trainer is not None:
         trainer.threads = lambda: share.wanted
+        trainer.layers_hooked = switch_points(trainer.engine.module, trainer._take_threads)
     log.info("learner.spare_cores", threads=base, most=most)
     return share
 

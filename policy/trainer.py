@@ -30,7 +30,6 @@ from policy.config import TrainerConfig
 from policy.deepspeed_setup import ds_config, import_engine
 from policy.extensions import skip_shared_memory_op
 from policy.precision import weights_dtype
-from policy.spare_cores import switch_points
 
 log = structlog.get_logger("learner")
 
@@ -51,6 +50,8 @@ class Trainer:
         "Threads to train on from the next micro-batch or layer (`policy.spare_cores`); None: as started."
         self.threads_used = 0
         "The most threads a micro-batch of the last `train` ran on."
+        self.layers_hooked = 0
+        "Decoder layers that read `threads` too (`policy.spare_cores.switch_points`)."
 
     def _bind(self) -> None:
         if self.lc.device == "cuda":
@@ -81,7 +82,6 @@ class Trainer:
             model = wrap(model, self.lc.lora)
             trainable_state_only(model)
         model.train()
-        self.layers_hooked = switch_points(model, self._take_threads)
         self.pad_id = model.config.pad_token_id or 0
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
         self.engine, *_ = deepspeed.initialize(

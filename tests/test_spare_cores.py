@@ -83,6 +83,11 @@ async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_
         if share is not None:  # wired: the trainer reads the share's count
             share.observe(0, float("inf"))
             assert ranks.trainer.threads() == usable_cores()
+        else:  # one core: hook the layers as the share would
+            from policy.spare_cores import switch_points
+
+            ranks.trainer.layers_hooked = switch_points(ranks.trainer.engine.module,
+                                                        ranks.trainer._take_threads)
         given = [own + 1]
         ranks.trainer.threads = lambda: given[0]
         assert (await ranks.call("train", samples))["threads"] == own + 1
