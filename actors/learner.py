@@ -11,9 +11,9 @@ verdict id it consumed. It is DeepSpeed rank 0; the other ranks are its children
 `policy.checkpoint.LearnerState`, so a restart resumes with optimizer state and never trains
 a sample twice (`Learner`). When it stops, it writes the newest checkpoint as a Hugging Face
 folder, `<run dir>/model/` (`policy.export`; with LoRA merged, plus `<run dir>/adapter/`).
-On one CPU rank it trains on the cores the generators and executors leave idle
-(`policy.spare_cores`). It does not sample, judge or choose tasks, and never sees eval
-verdicts.
+With `[learner] spare_cores` on one CPU rank it also trains on the cores the generators
+and executors leave idle (`policy.spare_cores`). It does not sample, judge or choose tasks,
+and never sees eval verdicts.
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 Consumes the work streams' consumer state (`Bus.stream_states`): the generators' task,
 round and turn consumers and the executors' job consumer. Produces the thread count the
-learner's next micro-batch should use (`SpareCores.wanted`, read from the training thread):
-the cores this process may run on while none of those consumers has a message pending or
-held, else the learner's own share (`supervisor.threads`); the trainer reads it before each
-micro-batch and each decoder layer's forward and backward (`switch_points`). `lower()` drops back at once,
-until a poll that began after it finds the others idle again: the learner calls it on
-publishing weights, which hands the generators new work. On one host with one rank only
-(`[learner] spare_cores`); it reads no other host's load and never changes another process.
+learner trains on (`SpareCores.wanted`), read before each micro-batch and each decoder
+layer's forward and backward (`switch_points`): every core this process may use while none
+of those consumers has a message pending or held, else its own share (`supervisor.threads`).
+`lower()` drops back at once, until a poll begun after it finds the others idle again: the
+learner calls it on publishing weights, which hands the generators work. One host, one rank,
+`[learner] spare_cores` on (off by default: no gain measured on 2 cores); it reads no other
+host's load and changes no other process.
 """
 
 from __future__ import annotations

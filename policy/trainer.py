@@ -47,7 +47,8 @@ class Trainer:
         self.device = "cpu"
         self.temperature = config.sampling.temperature or 1.0
         self.threads: Callable[[], int] | None = None
-        "Threads to train on from the next micro-batch or layer (`policy.spare_cores`); None: as started."
+        ("Threads to train on from the next micro-batch or hooked layer (`policy.spare_cores`); "
+         "None: as started.")
         self.threads_used = 0
         "The most threads a micro-batch of the last `train` ran on."
         self.layers_hooked = 0

@@ -78,7 +78,8 @@ def shared_settings(cfg) -> dict:
     tr, lc, gen = cfg.training, cfg.learner, cfg.generator
     return {"model": cfg.model.path or cfg.model.name, "seed": cfg.run.seed,
             "updates": tr.max_steps, "batch_size": tr.batch_size, "group_size": tr.group_size,
-            "lr": lc.lr, "minibatches": lc.minibatches, "clip_eps": lc.clip_eps, "kl_coef": lc.kl_coef,
+            "lr": lc.lr, "minibatches": lc.minibatches, "clip_eps": lc.clip_eps,
+            "kl_coef": lc.kl_coef,
             "scale_rewards": lc.scale_rewards, "grad_clip": lc.grad_clip,
             "temperature": gen.sampling.temperature, "top_p": gen.sampling.top_p,
             "max_new_tokens": gen.sampling.max_new_tokens, "stop": list(gen.sampling.stop),
