@@ -108,3 +108,18 @@ async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_
     finally:
         torch.set_num_threads(started)
         await ranks.close()
+
+
+@pytest.mark.parametrize("name", ["spare_cores.json", "spare_cores_per_micro_batch.json"])
+def test_the_committed_ratios_follow_from_their_figures(name):
+    import json
+    from pathlib import Path
+
+    r = json.loads((Path(__file__).resolve().parent.parent / "bench" / "learning" / "results"
+                    / name).read_text())
+    kept, lent = r["kept"], r["lent"]
+    for key, ratio in r["ratios_lent_over_kept"].items():
+        assert ratio == pytest.approx(lent[key] / kept[key], abs=1e-3), key
+    for run in (kept, lent):  # updates per second: the updates after the first, over their span
+        span = run["wall_s"] - run["first_update_wall_s"]
+        assert run["steady_updates_per_s"] == pytest.approx((run["steps"] - 1) / span, rel=1e-3)

@@ -18,6 +18,7 @@ import argparse
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,13 +41,16 @@ evaluator = 0
 def run_mode(base: Path, mode: str, steps: int, workdir: Path, extra: str = "",
              label: str = "") -> list[dict[str, float]]:
     """Run `base` in `mode` for `steps` steps, evaluator off, with `extra` TOML appended,
-    under `workdir/<label or mode>`; returns its metrics/train.csv rows."""
+    under `workdir/<label or mode>` (its checkpoints and NATS store removed after: disk);
+    returns its metrics/train.csv rows."""
     label = label or mode
     runs = workdir / label
     config = workdir / f"{label}.toml"
     config.write_text(OVERRIDE.format(base=base, mode=mode, runs=runs, steps=steps) + extra)
     subprocess.run([sys.executable, "-m", "runtime.cli", "up", "--config", str(config)],
                    cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    for bulky in ("checkpoints", "nats"):  # 4-5 GB a run; metrics and logs stay
+        shutil.rmtree(runs / "latest" / bulky, ignore_errors=True)
     return read_rows(runs)
 
 
