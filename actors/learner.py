@@ -10,7 +10,7 @@ verdict id it consumed. It is DeepSpeed rank 0; the other ranks are its children
 `learner_rank` actors met through the bus (`policy.ranks`). Checkpoints hold a
 `policy.checkpoint.LearnerState`, so a restart resumes with optimizer state and never trains
 a sample twice (`Learner`). When it stops, it writes the newest checkpoint as a Hugging Face
-folder, `<run dir>/model/` (`policy.export`; with LoRA merged, plus `<run dir>/adapter/`).
+folder, `<run dir>/model/` (`actors.learner_files`; with LoRA merged, plus `<run dir>/adapter/`).
 With `[learner] spare_cores` on one CPU rank it also trains on the cores the generators
 and executors leave idle (`policy.spare_cores`). It does not sample, judge or choose tasks,
 and never sees eval verdicts.
@@ -18,16 +18,15 @@ and never sees eval verdicts.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from functools import partial
-from pathlib import Path
 
 import anyio
 import msgspec
 import structlog
 from anyio.abc import TaskStatus
 
+from actors.learner_files import checkpoint_dir, export_final, kept_versions, published_kind
 from bus import gauges, subjects
 from bus.consumer import Delivery, consume
 from bus.messages import StepRecord, Verdict
@@ -35,7 +34,6 @@ from bus.nats_bus import Bus
 from policy import disk
 from policy.batch import Assembled, assemble, signal_members, trajectory_problem
 from policy.checkpoint import LearnerState
-from policy.export import export
 from policy.groups import Group, GroupBuffer
 from policy.ledger import Ledger
 from policy.ranks import RankGroup
@@ -45,37 +43,6 @@ from policy.versions import current_version, object_name
 from runtime.config import RunConfig
 
 log = structlog.get_logger("actors.learner")
-
-
-def checkpoint_dir(config: RunConfig, bus: Bus) -> Path:
-    """Where this run's learner checkpoints live."""
-    if config.learner.checkpoint_dir:
-        return Path(config.learner.checkpoint_dir)
-    if bus.identity.run_dir:
-        return Path(bus.identity.run_dir) / "checkpoints"
-    log.warning("learner.checkpoints_temporary", reason="no run directory")
-    return Path(tempfile.mkdtemp(prefix="whet-learner-"))
-
-
-KEEP_ADAPTERS_MOST = 64
-"Most adapter versions kept for the staleness window (a generator follows the 64 newest)."
-
-
-def published_kind(config: RunConfig) -> tuple[str, str]:
-    """What each version's object holds ('full' or 'lora') and the base of an adapter."""
-    if config.learner.lora is None:
-        return "full", ""
-    return "lora", config.model.path or config.model.name
-
-
-def kept_versions(config: RunConfig) -> int:
-    """Versions kept in the object store: `keep_versions`, and with LoRA (megabytes each)
-    at least every version inside the staleness window, so a generator that lags, or a
-    held-out round that names one, can still read it."""
-    keep = config.learner.keep_versions
-    if config.learner.lora is None:
-        return keep
-    return max(keep, min(config.training.staleness + 2, KEEP_ADAPTERS_MOST))
 
 
 class Learner:
@@ -340,29 +307,6 @@ class Learner:
                                       if isinstance(v, (int, float)) and k != "trained_at"})
         self.bus.stats.gauges[gauges.LEARNER_STEP_TIME_S] = round(seconds, 3)
         await self.bus.kv_put(subjects.BUCKET_RUN, subjects.step_key(self.step), record)
-
-
-async def export_final(config: RunConfig, bus: Bus, ckpt_dir: Path) -> None:
-    """Write the checkpoint `latest` names as `<run dir>/model/` (with LoRA: merged, and the
-    adapter folder as `<run dir>/adapter/`; nothing without a run directory or a checkpoint).
-    A failure is logged; it never stops the learner's exit."""
-    latest = ckpt_dir / "latest"
-    if not bus.identity.run_dir or not latest.is_file():
-        return
-    tag, run_dir = latest.read_text().strip(), Path(bus.identity.run_dir)
-    lora = config.learner.lora
-    for out, adapter in ((run_dir / "model", False), (run_dir / "adapter", True)):
-        if adapter and lora is None:
-            continue
-        began = time.monotonic()
-        try:
-            await anyio.to_thread.run_sync(partial(export, ckpt_dir, tag, config.model, out,
-                                                   lora=lora, adapter=adapter))
-        except Exception as exc:  # the checkpoints stay: `whet export-model` can retry
-            log.error("learner.model_export_failed", checkpoint=tag, error=repr(exc))
-            return
-        log.info("learner.model_exported", checkpoint=tag, path=str(out), adapter=adapter,
-                 seconds=round(time.monotonic() - began, 3))
 
 
 async def run(bus: Bus, config: RunConfig, *,

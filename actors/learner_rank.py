@@ -22,7 +22,7 @@ import anyio
 import structlog
 from anyio.abc import TaskStatus
 
-from actors.learner import checkpoint_dir
+from actors.learner_files import checkpoint_dir
 from bus.errors import ConfigError
 from bus.nats_bus import Bus
 from policy.config import LearnerConfig

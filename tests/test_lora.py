@@ -175,7 +175,7 @@ def test_a_version_record_from_before_lora_reads_as_full_weights():
 @pytest.mark.unit
 def test_adapter_versions_stay_readable_through_the_staleness_window():
     """With LoRA the store keeps every version a sample may still be admitted from."""
-    from actors.learner import kept_versions, published_kind
+    from actors.learner_files import kept_versions, published_kind
     from runtime.config import TrainingConfig
 
     full = RunConfig(training=TrainingConfig(max_staleness=8))
