@@ -1,7 +1,7 @@
 """Benchmark: whetstone head to head with TRL's GRPOTrainer, every figure from this run's own files.
 
     PYTHONPATH=. python bench/vs_trl/vs_trl.py --seeds 1 2 3 \\
-        [--protocol short|full|smoke|short_as_trl] --out-dir bench/vs_trl/results/<label>
+        [--protocol short|full|smoke|short_as_trl|short_lean_mb2] --out-dir bench/vs_trl/results/<label>
 
 Per seed: fix one training task list (gated as the sampler gates it, sha256 recorded) that
 both sides train on (`[envs] train_ids`); train with TRL (`vs_trl_grpo.py`) and with `whet up`,
@@ -35,7 +35,8 @@ from bench.vs_trl.vs_trl_eval import heldout_tasks  # noqa: E402
 from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
 
 PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.toml",
-             "smoke": HERE / "smoke.toml", "short_as_trl": HERE / "short_as_trl.toml"}
+             "smoke": HERE / "smoke.toml", "short_as_trl": HERE / "short_as_trl.toml",
+             "short_lean_mb2": HERE / "short_lean_mb2.toml"}
 "Each protocol's config."
 
 
@@ -86,7 +87,8 @@ def shared_settings(cfg) -> dict:
             "eval_max_new_tokens": gen.eval_sampling.max_new_tokens, "mix": cfg.envs.mix,
             "heldout_per_domain": cfg.evaluator.tasks_per_domain,
             "heldout_domain_tasks": cfg.evaluator.domain_tasks,
-            "whetstone_rounds_every": cfg.evaluator.every_versions,
+            "whetstone_rounds_every": (cfg.evaluator.every_versions  # 0: no evaluator
+                                       if cfg.actors.count.get("evaluator") else 0),
             "judge": msgspec.to_builtins(cfg.judge)}
 
 
