@@ -67,3 +67,21 @@ def test_answers_sort_into_passed_partial_no_test_passed_does_not_compile_and_un
                "e": [0.0, "fail"], "f": [None, "dropped"]}
     assert report.answer_kinds(results) == {"pass": 1, "partial": 1, "no_test_passed": 2,
                                             "does_not_compile": 1, "unscored": 1}
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/trl_one_step-seed-*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_committed_one_step_reference_recomputes_from_its_own_and_its_seed_file(path):
+    """trl_one_step.py's figures: its reward from its per-task results, its ratios from its
+    clocks and the committed seed file it names, on the same task list and held-out tasks."""
+    got = json.loads(path.read_text())
+    seed = json.loads((ROOT / got["seed_file"]).read_text())
+    assert got["same_train_tasks"] and got["train_tasks_sha256"] == seed["train_tasks"]["sha256"]
+    assert sorted(got["heldout"]) == sorted(seed["heldout"]["whetstone"])
+    assert got["reward"] == report.mean_reward(got["heldout"])
+    assert got["whetstone_reward"] == report.mean_reward(seed["heldout"]["whetstone"])
+    for clock in ("whole_run", "training"):
+        ours = got["clocks"][clock]["cpu_s"]
+        assert got["whetstone_over_trl_one_step"][clock] == report.ratio(
+            seed["whetstone"]["clocks"][clock]["cpu_s"], ours)
+        assert got["trl_two_steps_over_one"][clock] == report.ratio(
+            seed["trl"]["clocks"][clock]["cpu_s"], ours)
