@@ -10,7 +10,8 @@ strings; evaluate the initial weights and both final policies with one function 
 held-out tasks (`vs_trl_eval.py`); write `seed-<n>.json` (settings, hashes, both sides'
 clocks: whole run and training only, samples, updates, each held-out task's result). Then
 `vs_trl_report.py` writes `report.json` from those files alone. Protocols: `short.toml`,
-`short_lean_mb2.toml`, `short_as_trl.toml` and `smoke.toml` beside this file; `full` is configs/default.toml.
+`short_lean_mb2.toml`, `short_as_trl.toml` and `smoke.toml` beside this file; `full` is
+configs/default.toml.
 """
 
 from __future__ import annotations
