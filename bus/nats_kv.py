@@ -28,6 +28,9 @@ RENEW_CHECK_S = 2.0
 READ_INACTIVE_S = 5.0
 """Seconds the server keeps the consumer of a one-pass read (`kv_items`) after the read
 stops: a status loop would otherwise leave one behind per call for nats-py's 5 minutes."""
+EMPTY_READ_TRIES = 3
+"""How many watch passes `kv_items` makes of a bucket that holds values before it takes an
+empty read as the answer (its keys under another prefix, or only deleted keys)."""
 
 
 class KeyValueCalls:
@@ -91,9 +94,21 @@ class KeyValueCalls:
         Read in one pass: one watch of the latest value of each key, ended at the last
         one, so the cost is a few requests whatever the number of keys. (A list of the keys
         and a get per key took two round trips per key: `whet status` over 1,000 actors'
-        heartbeats took seconds.) A prefix ending in '.' is filtered on the server.
+        heartbeats took seconds.) A prefix ending in '.' is filtered on the server. An empty
+        pass over a bucket that holds values is read again (`EMPTY_READ_TRIES`): nats-py
+        ends a watch's initial values at once when its consumer has already sent every
+        message but the client has handled none of them yet, which a loaded machine hits.
         """
         kv = await self._bucket(bucket)
+        out: dict[str, M] = {}
+        for _ in range(EMPTY_READ_TRIES):
+            out = await self._items_once(kv, cls, prefix)
+            if out or not (await kv.status()).values:
+                break
+        return out
+
+    async def _items_once(self, kv, cls: type[M], prefix: str) -> dict[str, M]:
+        """One watch pass over `kv`: the latest value of each live key under `prefix`."""
         watcher = await kv.watch(f"{prefix}>" if prefix.endswith(".") else ">",
                                  ignore_deletes=True, inactive_threshold=READ_INACTIVE_S)
         out: dict[str, M] = {}
