@@ -28,9 +28,6 @@ RENEW_CHECK_S = 2.0
 READ_INACTIVE_S = 5.0
 """Seconds the server keeps the consumer of a one-pass read (`kv_items`) after the read
 stops: a status loop would otherwise leave one behind per call for nats-py's 5 minutes."""
-EMPTY_READ_TRIES = 3
-"""How many watch passes `kv_items` makes of a bucket that holds values before it takes an
-empty read as the answer (its keys under another prefix, or only deleted keys)."""
 
 
 class KeyValueCalls:
@@ -94,18 +91,44 @@ class KeyValueCalls:
         Read in one pass: one watch of the latest value of each key, ended at the last
         one, so the cost is a few requests whatever the number of keys. (A list of the keys
         and a get per key took two round trips per key: `whet status` over 1,000 actors'
-        heartbeats took seconds.) A prefix ending in '.' is filtered on the server. An empty
-        pass over a bucket that holds values is read again (`EMPTY_READ_TRIES`): nats-py
-        ends a watch's initial values at once when its consumer has already sent every
-        message but the client has handled none of them yet, which a loaded machine hits.
+        heartbeats took seconds.) A prefix ending in '.' is filtered on the server. The pass
+        ends at the message the server sent last (nothing pending after it): nats-py's
+        end-of-values marker can come first, when its consumer has sent every message before
+        the client handled one, which a loaded machine hits; an empty pass is taken as the
+        answer only where the server counts no key under the prefix.
         """
         kv = await self._bucket(bucket)
+        watcher = await kv.watch(f"{prefix}>" if prefix.endswith(".") else ">",
+                                 inactive_threshold=READ_INACTIVE_S)
         out: dict[str, M] = {}
-        for _ in range(EMPTY_READ_TRIES):
-            out = await self._items_once(kv, cls, prefix)
-            if out or not (await kv.status()).values:
-                break
+        seen = False
+        try:
+            while True:
+                entry = await watcher.updates(timeout=self.settings.request_timeout_s)
+                if entry is None:
+                    if seen or not await self._holds_keys(bucket, prefix):
+                        break
+                    continue  # the marker came before the messages already on their way
+                seen = True
+                if entry.value and entry.key.startswith(prefix):  # a deleted key has none
+                    out[entry.key] = decode(entry.value, cls)
+                if not entry.delta:
+                    break
+        finally:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await watcher.stop()
+                except nats.errors.Error:
+                    pass
         return out
+
+    async def _holds_keys(self, bucket: str, prefix: str) -> bool:
+        """Whether the bucket's stream holds a message under `prefix` (counted by the server
+        for a prefix ending in '.', else for the whole bucket; a deleted key's marker counts)."""
+        server_side = prefix.endswith(".")
+        info = await self.js.stream_info(
+            f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{prefix}>" if server_side else None)
+        return bool(info.state.subjects) if server_side else info.state.messages > 0
 
     async def _items_once(self, kv, cls: type[M], prefix: str) -> dict[str, M]:
         """One watch pass over `kv`: the latest value of each live key under `prefix`."""

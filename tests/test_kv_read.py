@@ -74,3 +74,18 @@ async def test_bucket_read_skips_deleted_keys_and_keeps_to_its_prefix(watched):
     assert await bus.kv_items(subjects.BUCKET_RUN, ScaleTarget, prefix="scale.executor") == {
         k: v for k, v in targets.items() if k.startswith("scale.executor")}
     assert await bus.kv_items(subjects.BUCKET_POLICY, ScaleTarget) == {}
+
+
+async def test_a_prefix_with_no_key_under_it_is_read_once_though_the_bucket_holds_others(watched):
+    """An empty read is taken again only where the server counts keys under the prefix, so
+    a prefix that holds none costs one pass even in a bucket full of other keys."""
+    bus, monitoring = watched
+    for kind in ("judge", "executor"):
+        await bus.kv_put(subjects.BUCKET_RUN, subjects.scale_key(kind),
+                         ScaleTarget(kind=kind, count=2, requested_at=1.0))
+    assert await bus._holds_keys(subjects.BUCKET_RUN, "scale.")
+    assert not await bus._holds_keys(subjects.BUCKET_RUN, subjects.FAILING_PREFIX)
+    before = api_requests(monitoring)
+    assert await bus.kv_items(subjects.BUCKET_RUN, ScaleTarget, prefix=subjects.FAILING_PREFIX) == {}
+    used = api_requests(monitoring) - before
+    assert used <= 3, f"{used} API requests for an empty prefix"
