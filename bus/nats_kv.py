@@ -130,23 +130,6 @@ class KeyValueCalls:
             f"KV_{bucket}", subjects_filter=f"$KV.{bucket}.{prefix}>" if server_side else None)
         return bool(info.state.subjects) if server_side else info.state.messages > 0
 
-    async def _items_once(self, kv, cls: type[M], prefix: str) -> dict[str, M]:
-        """One watch pass over `kv`: the latest value of each live key under `prefix`."""
-        watcher = await kv.watch(f"{prefix}>" if prefix.endswith(".") else ">",
-                                 ignore_deletes=True, inactive_threshold=READ_INACTIVE_S)
-        out: dict[str, M] = {}
-        try:
-            while (entry := await watcher.updates(timeout=self.settings.request_timeout_s)) is not None:
-                if entry.value and entry.key.startswith(prefix):
-                    out[entry.key] = decode(entry.value, cls)
-        finally:
-            with anyio.CancelScope(shield=True):
-                try:
-                    await watcher.stop()
-                except nats.errors.Error:
-                    pass
-        return out
-
     async def kv_watch(self, bucket: str, key: str, cls: type[M]) -> AsyncIterator[M]:
         """Yield the current value of `key` (if any), then every later update, for good.
 
