@@ -143,6 +143,11 @@ class LearnerConfig(Section):
     "Gradient norm clip (0 turns it off)."
     micro_batch_size: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
     "Sequences per forward pass; a batch is several micro-batches of one optimizer step."
+    shared_prompt: bool = True
+    ("Read a group's prompt once per forward: micro-batches hold one prompt's attempts, the "
+     "prefix they share runs as one row and its cache serves every row (`policy.shared_prompt`)."
+     " The same log-probabilities and gradients as reading each attempt whole; false reads "
+     "each whole (micro-batches then mix prompts, longest first).")
     spare_cores: bool = False
     ("CPU, one rank: while no generator or executor has work pending or held, train with "
      "every core this process may use, else with `supervisor.threads` (`policy.spare_cores`). "

@@ -23,6 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
 import structlog
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
@@ -30,6 +31,7 @@ from policy.config import TrainerConfig
 from policy.deepspeed_setup import ds_config, import_engine
 from policy.extensions import skip_shared_memory_op
 from policy.precision import weights_dtype
+from policy.shared_prompt import by_prompt, shared_prefix
 
 log = structlog.get_logger("learner")
 
@@ -53,6 +55,8 @@ class Trainer:
         "The most threads a micro-batch of the last `train` ran on."
         self.layers_hooked = 0
         "Decoder layers that read `threads` too (`policy.spare_cores.switch_points`)."
+        self.prefix_reads_saved = 0
+        "Token positions the last `train` did not run again: shared prefixes read once."
 
     def _bind(self) -> None:
         if self.lc.device == "cuda":
@@ -143,12 +147,13 @@ class Trainer:
         began = time.monotonic()
         totals: dict[str, float] = {}
         self.threads_used = 0
+        self.prefix_reads_saved = 0
         minis = split_even(samples, max(1, min(self.lc.minibatches, len(samples))))
         # The proximal policy is the weights before this batch's first step: the first
         # minibatch's own forward gives it (None), the later ones need it computed now.
         prox_all = [None] + [self._proximal(m) for m in minis[1:]]
         for mini, prox in zip(minis, prox_all):
-            micros = self._micro_batches(mini)
+            micros = self._micro_batches(mini, self.lc.shared_prompt)
             scales = sample_scales([s.tokens for s in mini], self.lc.loss_divisor,
                                    batch_tokens=batch_tokens, batch_size=self.config.batch_size,
                                    max_new_tokens=self.config.sampling.max_new_tokens,
@@ -167,6 +172,7 @@ class Trainer:
         tokens = max(totals.get("tokens", 0.0), 1.0)
         out = {k: v / tokens for k, v in totals.items() if k != "tokens"}
         out.update(tokens=totals.get("tokens", 0.0), train_s=time.monotonic() - began,
+                   prefix_reads_saved=float(self.prefix_reads_saved),
                    threads=float(self.threads_used or self._threads_now()),
                    optimizer_steps=float(self.engine.global_steps),
                    grad_norm=float(norm) if norm is not None and math.isfinite(float(norm)) else -1.0)
@@ -239,30 +245,58 @@ class Trainer:
         dist.all_reduce(values)
         return dict(zip(keys, values.tolist()))
 
-    def _micro_batches(self, mini: list[TrainSample]) -> list[list[TrainSample]]:
-        # Every rank must run the same number of forward/backward passes (ZeRO's collectives).
+    def _micro_batches(self, mini: list[TrainSample], prompt_wise: bool = False
+                       ) -> list[list[TrainSample]]:
+        """This rank's micro-batches of `mini`: `prompt_wise`, each holds one prompt's samples
+        (`policy.shared_prompt.by_prompt`); else the shard split evenly."""
         per_rank = shard(mini, self.world)
-        count = max(1, max(math.ceil(len(p) / self.lc.micro_batch_size) for p in per_rank))
-        return [m or [placeholder(self.pad_id)] for m in split_even(per_rank[self.rank], count)]
+        size = self.lc.micro_batch_size
+        if prompt_wise:
+            split = [by_prompt(p, size) for p in per_rank]
+        else:
+            count = max(math.ceil(len(p) / size) for p in per_rank)
+            split = [split_even(p, max(1, count)) for p in per_rank]
+        # Every rank must run the same number of forward/backward passes (ZeRO's collectives).
+        mine = split[self.rank] + [[]] * (max(1, max(len(m) for m in split)) - len(split[self.rank]))
+        return [m or [placeholder(self.pad_id)] for m in mine]
 
-    def _tensors(self, micro: list[TrainSample]) -> dict[str, Any]:
+    def _tensors(self, micro: list[TrainSample], prompt_wise: bool = False) -> dict[str, Any]:
+        """The micro-batch as tensors. `prompt_wise`: `prefix` holds the tokens every row
+        shares (`policy.shared_prompt.shared_prefix`), and the per-position tensors (targets,
+        mask, behav, advantages) begin after them."""
         import torch
 
-        return {k: torch.from_numpy(v).to(self.device) for k, v in collate(micro, self.pad_id).items()}
+        arrays = collate(micro, self.pad_id)
+        start = shared_prefix(micro) if prompt_wise else 0
+        for k in ("targets", "mask", "behav", "advantages"):
+            arrays[k] = np.ascontiguousarray(arrays[k][:, start:])
+        batch = {k: torch.from_numpy(v).to(self.device) for k, v in arrays.items()}
+        batch["prefix"] = start
+        self.prefix_reads_saved += start * (len(micro) - 1)
+        return batch
 
     def _logprobs(self, model: Any, batch: dict[str, Any]) -> Any:
         from policy.objective import token_logprobs
 
         # Rows are right-padded and attention is causal, so no real token ever sees a pad:
         # no mask needed, which keeps attention on its fast causal path.
-        logits = model(input_ids=batch["input_ids"]).logits
+        ids, start = batch["input_ids"], batch.get("prefix", 0)
+        if not start:
+            logits = model(input_ids=ids).logits
+            return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
+        # The shared prefix once, as one row; its cache repeated for every row (gradients
+        # flow back through the repeat), then the rest of the rows batched.
+        cache = model(input_ids=ids[:1, :start], use_cache=True).cache
+        cache.batch_repeat_interleave(ids.shape[0])
+        logits = model(input_ids=ids[:, start:], cache=cache, use_cache=True).logits
         return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
 
     def _proximal(self, mini: list[TrainSample]) -> list[Any]:
         import torch
 
         with torch.no_grad():
-            return [self._logprobs(self.engine, self._tensors(m)) for m in self._micro_batches(mini)]
+            return [self._logprobs(self.engine, self._tensors(m, self.lc.shared_prompt))
+                    for m in self._micro_batches(mini, self.lc.shared_prompt)]
 
     def _loss(self, micro: list[TrainSample], prox: Any,
               scale_of: dict[int, float]) -> tuple[Any, dict]:
@@ -270,7 +304,7 @@ class Trainer:
 
         from policy.objective import clipped_surrogate, kl_to_reference
 
-        batch = self._tensors(micro)
+        batch = self._tensors(micro, self.lc.shared_prompt)
         logp = self._logprobs(self.engine, batch)
         prox = logp.detach() if prox is None else prox
         per_token, diag = clipped_surrogate(logp, prox, batch["behav"], batch["advantages"],
