@@ -257,7 +257,8 @@ class Trainer:
             count = max(math.ceil(len(p) / size) for p in per_rank)
             split = [split_even(p, max(1, count)) for p in per_rank]
         # Every rank must run the same number of forward/backward passes (ZeRO's collectives).
-        mine = split[self.rank] + [[]] * (max(1, max(len(m) for m in split)) - len(split[self.rank]))
+        count = max(1, max(len(m) for m in split))
+        mine = split[self.rank] + [[]] * (count - len(split[self.rank]))
         return [m or [placeholder(self.pad_id)] for m in mine]
 
     def _tensors(self, micro: list[TrainSample], prompt_wise: bool = False) -> dict[str, Any]:

@@ -85,3 +85,17 @@ def test_every_committed_one_step_reference_recomputes_from_its_own_and_its_seed
             seed["whetstone"]["clocks"][clock]["cpu_s"], ours)
         assert got["trl_two_steps_over_one"][clock] == report.ratio(
             seed["trl"]["clocks"][clock]["cpu_s"], ours)
+
+
+def test_trl_minibatches_change_trl_config_alone(tmp_path):
+    """`--trl-minibatches N` gives TRL's side a config that differs from the seed's in its
+    optimizer steps per batch alone; 0 gives TRL the seed's own config."""
+    from bench.vs_trl.vs_trl import trl_config
+
+    config = tmp_path / "config.json"
+    values = {"learner": {"minibatches": 2, "lr": 3e-5}, "training": {"max_steps": 8}}
+    config.write_text(json.dumps(values))
+    assert trl_config(config, 0) == config
+    trl = json.loads(trl_config(config, 1).read_text())
+    assert trl == {**values, "learner": {"minibatches": 1, "lr": 3e-5}}
+    assert json.loads(config.read_text()) == values

@@ -28,16 +28,14 @@ from bench.vs_trl import vs_trl, vs_trl_report  # noqa: E402
 def main(args: argparse.Namespace) -> int:
     seed_dir, out = Path(args.seed_dir), Path(args.out)
     record = json.loads(Path(args.seed_file).read_text())
-    config = json.loads((seed_dir / "config.json").read_text())
-    config["learner"]["minibatches"] = 1
+    config = vs_trl.trl_config(seed_dir / "config.json", 1)
     work = seed_dir / "trl_one_step"
     work.mkdir(exist_ok=True)
-    (work / "config.json").write_text(json.dumps(config, indent=1))
     run = vs_trl.run_child("TRL, one step", [
-        "-m", "bench.vs_trl.vs_trl_grpo", "--config", str(work / "config.json"),
+        "-m", "bench.vs_trl.vs_trl_grpo", "--config", str(config),
         "--out-dir", str(work / "trl"), "--threads", str(args.threads)], work / "trl.log")
     trl = json.loads((work / "trl" / "trl.json").read_text())
-    ev = vs_trl.evaluate_all(work / "config.json", {"trl": str(work / "trl" / "model")}, work,
+    ev = vs_trl.evaluate_all(config, {"trl": str(work / "trl" / "model")}, work,
                              args.threads)["trl"]
     clocks = vs_trl.side_clocks(run, trl["sandbox_cpu_s"], ev["clocks"], trl["training"])
     if ev["tasks"] != record["heldout_tasks"]["by_domain"]:

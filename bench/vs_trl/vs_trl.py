@@ -1,7 +1,8 @@
 """Benchmark: whetstone head to head with TRL's GRPOTrainer, every figure from this run's own files.
 
     PYTHONPATH=. python bench/vs_trl/vs_trl.py --seeds 1 2 3 \\
-        [--protocol short|full|smoke|short_as_trl|short_lean_mb2] --out-dir bench/vs_trl/results/<label>
+        [--protocol short|full|smoke|short_as_trl|short_lean_mb2] [--trl-minibatches N] \\
+        --out-dir bench/vs_trl/results/<label>
 
 Per seed: fix one training task list (gated as the sampler gates it, sha256 recorded) that
 both sides train on (`[envs] train_ids`); train with TRL (`vs_trl_grpo.py`) and with `whet up`,
@@ -11,7 +12,8 @@ held-out tasks (`vs_trl_eval.py`); write `seed-<n>.json` (settings, hashes, both
 clocks: whole run and training only, samples, updates, each held-out task's result). Then
 `vs_trl_report.py` writes `report.json` from those files alone. Protocols: `short.toml`,
 `short_lean_mb2.toml`, `short_as_trl.toml` and `smoke.toml` beside this file; `full` is
-configs/default.toml.
+configs/default.toml. `--trl-minibatches` sets TRL's optimizer steps per batch apart from
+whetstone's (the protocol's `learner.minibatches`): each side at its own setting.
 """
 
 from __future__ import annotations
@@ -160,13 +162,29 @@ WHETSTONE_KEPT = ("updates", "final_version", "model_checkpoint", "samples", "po
 "What each side's record keeps in the seed file."
 
 
-def run_seed(protocol: str, seed: int, work: Path, threads: int) -> dict:
+def trl_config(config: Path, minibatches: int) -> Path:
+    """The config TRL's side runs: `config`, with `minibatches` optimizer steps per batch
+    when given (0: the protocol's)."""
+    if not minibatches:
+        return config
+    values = json.loads(config.read_text())
+    values["learner"]["minibatches"] = minibatches
+    path = config.with_name("config-trl.json")
+    path.write_text(json.dumps(values, indent=1))
+    return path
+
+
+def run_seed(protocol: str, seed: int, work: Path, threads: int,
+             trl_minibatches: int = 0) -> dict:
     """Both sides and the three evaluations for one seed; the seed's record."""
     cfg = seed_config(PROTOCOLS[protocol], seed, work / "runs")
     listing, heldout, config = prepare(cfg, work)
+    settings = {**shared_settings(cfg),
+                "trl_minibatches": trl_minibatches or cfg.learner.minibatches}
     print(f"seed {seed}: {listing['count']} training tasks, sha256 {listing['sha256'][:16]}",
           flush=True)
-    trl_run = run_child("TRL", ["-m", "bench.vs_trl.vs_trl_grpo", "--config", str(config),
+    trl_run = run_child("TRL", ["-m", "bench.vs_trl.vs_trl_grpo",
+                                "--config", str(trl_config(config, trl_minibatches)),
                                 "--out-dir", str(work / "trl"), "--threads", str(threads)],
                         work / "trl.log")
     trl = json.loads((work / "trl" / "trl.json").read_text())
@@ -180,7 +198,7 @@ def run_seed(protocol: str, seed: int, work: Path, threads: int) -> dict:
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # gigabytes; model/ stays
     return {
         "seed": seed, "protocol": protocol, "config": str(PROTOCOLS[protocol].relative_to(ROOT)),
-        "settings": shared_settings(cfg), "train_tasks": listing,
+        "settings": settings, "train_tasks": listing,
         "heldout_tasks": {"count": len(heldout_ids), "sha256": digest(heldout_ids),
                           "by_domain": heldout, "same_for_every_policy": all(
                               e["tasks"] == heldout for e in evals.values())},
@@ -211,7 +229,8 @@ def main(args: argparse.Namespace) -> int:
     machine = {"cpus": os.cpu_count(), "threads": args.threads, "bf16_native": bf16_native()}
     for seed in args.seeds:
         try:
-            record = run_seed(args.protocol, seed, work / f"seed-{seed}", args.threads)
+            record = run_seed(args.protocol, seed, work / f"seed-{seed}", args.threads,
+                              args.trl_minibatches)
         except ChildFailed as exc:
             print(f"vs_trl: seed {seed}: {exc}", file=sys.stderr)
             return 1
@@ -231,6 +250,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--protocol", choices=sorted(PROTOCOLS), default="short")
     p.add_argument("--out-dir", required=True, help="where seed-<n>.json and report.json go")
     p.add_argument("--work-dir", default="", help="runs, models and logs (default: a temp dir)")
+    p.add_argument("--trl-minibatches", type=int, default=0,
+                   help="TRL's optimizer steps per batch (default: the protocol's, as whetstone)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help="torch threads of the TRL process and of each evaluation")
     return p.parse_args(argv)
