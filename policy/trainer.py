@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import math
 import os
 import shutil
@@ -81,6 +82,10 @@ class Trainer:
         skip_shared_memory_op(self.world)
         deepspeed.init_distributed(dist_backend=backend, timeout=timedelta(days=7))
         model = load_model(self.config.model, "float32", self.device)
+        # transformers renamed `past_key_values` to `cache` (5.x); take whichever it reads.
+        self.cache_arg = ("cache" if "cache" in inspect.signature(model.forward).parameters
+                          else "past_key_values")
+        self.model_config = model.config
         if self.lc.lora is not None:
             from policy.lora import trainable_state_only, wrap
 
@@ -285,11 +290,14 @@ class Trainer:
         if not start:
             logits = model(input_ids=ids).logits
             return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
-        # The shared prefix once, as one row; its cache repeated for every row (gradients
-        # flow back through the repeat), then the rest of the rows batched.
-        cache = model(input_ids=ids[:1, :start], use_cache=True).cache
+        from transformers import DynamicCache
+
+        # The shared prefix once, as one row; its cache (filled in place) repeated for every
+        # row, gradients flowing back through the repeat; then the rest of the rows batched.
+        cache = DynamicCache(config=self.model_config)
+        model(input_ids=ids[:1, :start], use_cache=True, **{self.cache_arg: cache})
         cache.batch_repeat_interleave(ids.shape[0])
-        logits = model(input_ids=ids[:, start:], cache=cache, use_cache=True).logits
+        logits = model(input_ids=ids[:, start:], use_cache=True, **{self.cache_arg: cache}).logits
         return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
 
     def _proximal(self, mini: list[TrainSample]) -> list[Any]:
