@@ -94,28 +94,44 @@ def padded_prefill(forward: Forward, contexts: list[list[int]], pad_id: int,
     return logits, mask, cache
 
 
+Select = Callable[[object, torch.Tensor], object]
+"(cache, batch rows to keep [K]) -> the cache of those rows alone"
+
+
 def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowSettings],
                 chat: ChatFormat, pad_id: int, generator: torch.Generator | None = None,
-                device: str = "cpu", prefill: Prefill | None = None) -> list[RowResult]:
+                device: str = "cpu", prefill: Prefill | None = None,
+                select: Select | None = None) -> list[RowResult]:
     """Sample a completion for each context, all rows decoded in one batch. `prefill` (default:
-    `padded_prefill`) reads the contexts; the masked-out columns of its cache are padding."""
+    `padded_prefill`) reads the contexts; the masked-out columns of its cache are padding.
+    `select` given, rows that finished leave the batch once they are a quarter of it, so the
+    rest decode without them; else they stay to the end, fed padding (the cache then holds
+    every row, as a caller that keeps it needs)."""
     rows = len(contexts)
     prefill = prefill or partial(padded_prefill, forward, pad_id=pad_id, device=device)
     logits, mask, cache = prefill(contexts)
     temperature = torch.tensor([s.temperature for s in settings], device=device)
     top_p = torch.tensor([s.top_p for s in settings], device=device)
     results = [RowResult() for _ in range(rows)]
-    active = torch.ones(rows, dtype=torch.bool)
+    index = list(range(rows))  # the result row of each batch row
+    active = torch.ones(rows, dtype=torch.bool)  # by batch row
     last_pos = mask.sum(-1, keepdim=True) - 1
     for step in range(max(s.max_new_tokens for s in settings)):
         tokens, logps = choose_tokens(logits, temperature, top_p, generator)
         tokens_cpu, logps_cpu = tokens.cpu().tolist(), logps.cpu().tolist()
-        for r in range(rows):
-            if active[r]:
-                _advance(results[r], settings[r], tokens_cpu[r], logps_cpu[r], chat)
-                active[r] = not results[r].finish_reason
+        for b, r in enumerate(index):
+            if active[b]:
+                _advance(results[r], settings[r], tokens_cpu[b], logps_cpu[b], chat)
+                active[b] = not results[r].finish_reason
         if not active.any():
             break
+        if select is not None and 4 * int(active.sum()) <= 3 * len(index):
+            keep = active.nonzero().squeeze(-1)
+            index = [index[b] for b in keep.tolist()]
+            at = keep.to(device)
+            tokens, mask, last_pos = tokens[at], mask[at], last_pos[at]
+            temperature, top_p = temperature[at], top_p[at]
+            cache, active = select(cache, at), active[keep]
         feed = torch.where(active.to(device), tokens, torch.full_like(tokens, pad_id))
         mask = torch.cat([mask, active.to(device, torch.long)[:, None]], dim=-1)
         last_pos = last_pos + 1

@@ -101,9 +101,15 @@ class TorchEngine(BatchingEngine):
             seen.update(mask=mask, cache=cache)
             return logits, mask, cache
 
+        def select(cache: Any, rows: torch.Tensor) -> Any:
+            cache.batch_select_indices(rows)
+            return cache
+
         with torch.inference_mode():
+            # Rows that finished leave the batch, unless their cache is kept for a later turn.
             results = sample_rows(forward, contexts, settings, self.chat, self.pad_id,
-                                  self.rng, self.device, prefill)
+                                  self.rng, self.device, prefill,
+                                  None if self.prefixes.max_bytes else select)
             if self.prefixes.max_bytes:
                 self._keep(tag, contexts, results, seen["mask"], seen["cache"])
         return results

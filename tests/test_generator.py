@@ -366,3 +366,35 @@ async def test_a_follower_started_after_a_renumbered_rounds_version_pins_its_wei
             await follower.pin_round(2, "", timeout_s=300)
         assert 2 in engine.pinned_versions and engine.pinned_bytes == 40
         tg.cancel_scope.cancel()
+
+
+def test_rows_that_finish_leave_the_batch_and_the_others_decode_as_alone():
+    """Eight greedy float32 rows of different prompts, four of them done within 4 tokens:
+    once they are done the batch shrinks, and every row's tokens and logprobs equal those
+    of the same row decoded alone."""
+    from policy.engine import RowSettings
+    from policy.model import load_model
+    from policy.torch_engine import TorchEngine
+    from policy.weights import encode_parts
+
+    engine = TorchEngine(GeneratorConfig(engine="torch", dtype="float32"), ModelConfig(name="tiny"), 0)
+    trained = load_model(ModelConfig(name="tiny"), "float32")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    engine.apply_weights(b"".join(bytes(p) for p in encode_parts(trained.state_dict())))
+    contexts = [engine.chat.prompt_ids("Write f." + " please" * i) for i in range(8)]
+    settings = [RowSettings(0.0, 1.0, n) for n in (2, 3, 4, 4, 10, 10, 10, 10)]
+    rows_seen: list[int] = []
+    model = engine._model("float32")
+    hook = model.register_forward_pre_hook(
+        lambda _m, args, kwargs: rows_seen.append(kwargs["input_ids"].shape[0]), with_kwargs=True)
+    together = engine.run_rows(contexts, settings)
+    hook.remove()
+    alone = [engine.run_rows([c], [s])[0] for c, s in zip(contexts, settings)]
+    assert rows_seen[0] == 8 and min(rows_seen) == 4
+    assert [len(r.token_ids) for r in together] == [2, 3, 4, 4, 10, 10, 10, 10]
+    for t, a in zip(together, alone):
+        assert t.token_ids == a.token_ids
+        assert t.logprobs == pytest.approx(a.logprobs, abs=1e-4)
