@@ -64,7 +64,11 @@ async def test_the_trainer_runs_each_micro_batch_on_the_threads_it_is_given(tmp_
     from policy.spare_cores import for_learner, usable_cores
     from tests.test_learner import tiny_run_config
 
+    # Rows read whole: the four rows below are one micro-batch of one forward and backward
+    # (read prompt-wise, each row's own prompt would make it a micro-batch of its own).
     cfg = tiny_run_config(tmp_path)
+    cfg = msgspec.structs.replace(cfg, learner=msgspec.structs.replace(
+        cfg.learner, shared_prompt=False))
     rng = np.random.default_rng(0)
     samples = [TrainSample(f"v{i}", "g", 0, float(i % 2) * 2 - 1,
                            rng.integers(3, 49152, 12).astype(np.int64),
