@@ -1,16 +1,19 @@
 """A group's prompt read once per training forward, not once per attempt.
 
 Consumes one rank's training samples; produces micro-batches whose rows share their prompt
-(the tokens before a row's first sampled one), and the length of the prefix every row of a
-micro-batch shares. The trainer runs that prefix as one row, repeats its key/value cache for
-every row, and runs only the rest batched: the same log-probabilities and gradients as
+(the tokens before a row's first sampled one), the length of the prefix every row of a
+micro-batch shares, and the logits of such a micro-batch with that prefix run once, as one
+row whose key/value cache serves every row: the same log-probabilities and gradients as
 running every row whole (float32: within 1e-4), at a fraction of the cost when prompts are
-long and groups large. It runs no model; `policy.trainer` does.
+long and groups large. It knows no optimizer; `policy.trainer` calls it.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+import math
+from typing import Any
 
 from policy.batch import TrainSample, split_even
 
@@ -46,3 +49,34 @@ def shared_prefix(samples: list[TrainSample]) -> int:
     rows = np.stack([s.ids[:cap] for s in samples])
     differs = np.flatnonzero((rows != rows[0]).any(axis=0))
     return int(differs[0]) if differs.size else cap
+
+
+def micro_batches(per_rank: list[list[TrainSample]], rank: int, size: int,
+                  filler: TrainSample, prompt_wise: bool) -> list[list[TrainSample]]:
+    """`rank`'s micro-batches of its shard (`per_rank`: every rank's): `prompt_wise`, each
+    holds one prompt's samples (`by_prompt`); else the shard split evenly. Every rank gets
+    as many as the rank with most (ZeRO's collectives), an empty one holding `filler`."""
+    if prompt_wise:
+        split = [by_prompt(p, size) for p in per_rank]
+    else:
+        count = max(math.ceil(len(p) / size) for p in per_rank)
+        split = [split_even(p, max(1, count)) for p in per_rank]
+    count = max(1, max(len(m) for m in split))
+    mine = split[rank] + [[]] * (count - len(split[rank]))
+    return [m or [filler] for m in mine]
+
+
+def prefix_logits(model: Any, ids: Any, start: int, config: Any, cache_arg: str) -> Any:
+    """Logits [B, T - start, V] of `ids` [B, T] from position `start` on; the first `start`
+    tokens (alike in every row) run once as one row, their cache (made here, filled in
+    place, passed as `cache_arg`: transformers 5 says `cache`, 4.x `past_key_values`)
+    repeated for every row, gradients flowing back through the repeat. Rows are right-padded
+    and attention causal, so no real token sees a pad: no mask, the fast causal path."""
+    if not start:
+        return model(input_ids=ids).logits
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    model(input_ids=ids[:1, :start], use_cache=True, **{cache_arg: cache})
+    cache.batch_repeat_interleave(ids.shape[0])
+    return model(input_ids=ids[:, start:], use_cache=True, **{cache_arg: cache}).logits

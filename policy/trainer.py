@@ -32,7 +32,7 @@ from policy.config import TrainerConfig
 from policy.deepspeed_setup import ds_config, import_engine
 from policy.extensions import skip_shared_memory_op
 from policy.precision import weights_dtype
-from policy.shared_prompt import by_prompt, shared_prefix
+from policy.shared_prompt import micro_batches, prefix_logits, shared_prefix
 
 log = structlog.get_logger("learner")
 
@@ -252,19 +252,9 @@ class Trainer:
 
     def _micro_batches(self, mini: list[TrainSample], prompt_wise: bool = False
                        ) -> list[list[TrainSample]]:
-        """This rank's micro-batches of `mini`: `prompt_wise`, each holds one prompt's samples
-        (`policy.shared_prompt.by_prompt`); else the shard split evenly."""
-        per_rank = shard(mini, self.world)
-        size = self.lc.micro_batch_size
-        if prompt_wise:
-            split = [by_prompt(p, size) for p in per_rank]
-        else:
-            count = max(math.ceil(len(p) / size) for p in per_rank)
-            split = [split_even(p, max(1, count)) for p in per_rank]
-        # Every rank must run the same number of forward/backward passes (ZeRO's collectives).
-        count = max(1, max(len(m) for m in split))
-        mine = split[self.rank] + [[]] * (count - len(split[self.rank]))
-        return [m or [placeholder(self.pad_id)] for m in mine]
+        """This rank's micro-batches of `mini` (`policy.shared_prompt.micro_batches`)."""
+        return micro_batches(shard(mini, self.world), self.rank, self.lc.micro_batch_size,
+                             placeholder(self.pad_id), prompt_wise)
 
     def _tensors(self, micro: list[TrainSample], prompt_wise: bool = False) -> dict[str, Any]:
         """The micro-batch as tensors. `prompt_wise`: `prefix` holds the tokens every row
@@ -284,20 +274,8 @@ class Trainer:
     def _logprobs(self, model: Any, batch: dict[str, Any]) -> Any:
         from policy.objective import token_logprobs
 
-        # Rows are right-padded and attention is causal, so no real token ever sees a pad:
-        # no mask needed, which keeps attention on its fast causal path.
-        ids, start = batch["input_ids"], batch.get("prefix", 0)
-        if not start:
-            logits = model(input_ids=ids).logits
-            return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
-        from transformers import DynamicCache
-
-        # The shared prefix once, as one row; its cache (filled in place) repeated for every
-        # row, gradients flowing back through the repeat; then the rest of the rows batched.
-        cache = DynamicCache(config=self.model_config)
-        model(input_ids=ids[:1, :start], use_cache=True, **{self.cache_arg: cache})
-        cache.batch_repeat_interleave(ids.shape[0])
-        logits = model(input_ids=ids[:, start:], use_cache=True, **{self.cache_arg: cache}).logits
+        logits = prefix_logits(model, batch["input_ids"], batch.get("prefix", 0),
+                               self.model_config, self.cache_arg)
         return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
 
     def _proximal(self, mini: list[TrainSample]) -> list[Any]:
