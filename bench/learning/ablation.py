@@ -87,12 +87,17 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # issue 22: two optimizer steps per batch, each on half of it (the clip against the
     # proximal policy): more updates from the same samples; against staleness1
     "minibatches2": {"training": {"max_staleness": 1}, "learner": {"minibatches": 2}},
+    # issue 22: a flat ladder. With the frontier on rung 0 of rungs 0 and 1 the default ladder
+    # draws rung 1 for 2 in 7 tasks (offsets 0 and +1 at 0.5 and 0.2), and 12 updates never
+    # promote it; here both rungs are drawn alike whichever is the frontier. Against staleness1
+    "ladder_flat": {"training": {"max_staleness": 1},
+                    "sampler": {"ladder_offsets": [-1, 0, 1], "ladder_weights": [1.0, 1.0, 1.0]}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
  "failures.")
 BASES = {"staleness1_div_sequence": "staleness1", "as_trl": "staleness1",
-         "minibatches2": "staleness1"}
+         "minibatches2": "staleness1", "ladder_flat": "staleness1"}
 "The result a variant is compared with when it is not `default`'s runs."
 
 
