@@ -6,35 +6,30 @@ learner's bookkeeping as client state) and bf16 weight bytes on rank 0 (with `[l
 the adapters alone, `policy.lora`; its checkpoints leave out the frozen base). CPU runs use
 DeepSpeed's CPU accelerator with gloo, GPU runs NCCL. Every public method is collective: all
 ranks call it in the same order (`policy.ranks`). A checkpoint counts once every rank wrote
-it: rank 0 then points `latest` at it, and every rank loads the tag rank 0's `latest` names.
-With `ranks = "bus"` each rank writes its own folder in full (node-local storage).
+it, and every rank resumes from the tag rank 0's `latest` names (`policy.rank_checkpoints`).
 It knows nothing of the bus, groups or versions.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import inspect
 import math
 import os
-import shutil
 import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
-import structlog
 
 from policy.batch import TrainSample, collate, placeholder, shard, split_even
 from policy.config import TrainerConfig
 from policy.deepspeed_setup import ds_config, import_engine
 from policy.extensions import skip_shared_memory_op
 from policy.precision import weights_dtype
+from policy.rank_checkpoints import RankCheckpoints
 from policy.shared_prompt import micro_batches, prefix_logits, shared_prefix
-
-log = structlog.get_logger("learner")
 
 
 class Trainer:
@@ -58,6 +53,7 @@ class Trainer:
         "Decoder layers that read `threads` too (`policy.spare_cores.switch_points`)."
         self.prefix_reads_saved = 0
         "Token positions the last `train` did not run again: shared prefixes read once."
+        self.checkpoints = RankCheckpoints(self.dir, self.rank, self.world, self.lc)
 
     def _bind(self) -> None:
         if self.lc.device == "cuda":
@@ -102,7 +98,7 @@ class Trainer:
             self.reference = load_model(self.config.model,
                                         weights_dtype("auto", self.lc.device), self.device)
         self.dir.mkdir(parents=True, exist_ok=True)
-        tag = self._agreed_tag()
+        tag = self.checkpoints.agreed_tag()
         if tag is None:
             return {}
         if not (self.dir / tag).is_dir():
@@ -110,37 +106,11 @@ class Trainer:
                 f"learner rank {self.rank}: rank 0 resumes from checkpoint {tag}, which "
                 f"{self.dir} lacks. Each rank must keep its checkpoint folder across restarts "
                 "(a volume per host), or start afresh with every rank's folder emptied.")
-        self._check_kind(tag)
+        self.checkpoints.check_kind(tag)
         # A LoRA checkpoint holds no frozen base weights: those come from the model, as above.
         path, client = self.engine.load_checkpoint(str(self.dir), tag=tag,
                                                    load_module_strict=self.lc.lora is None)
         return dict(client or {}, checkpoint=str(path), optimizer_steps=self.engine.global_steps)
-
-    def _check_kind(self, tag: str) -> None:
-        """ConfigError when checkpoint `tag` holds adapters and LoRA is off, or the reverse."""
-        from bus.errors import ConfigError
-        from policy.export import checkpoint_holds_adapter
-
-        held = checkpoint_holds_adapter(self.dir / tag)
-        if held is None or held == (self.lc.lora is not None):
-            return
-        raise ConfigError(str(self.dir / tag), "learner.lora",
-                          f"this checkpoint holds {'LoRA adapters' if held else 'full weights'} "
-                          f"but [learner] lora is {'off' if held else 'on'}: resume with the "
-                          "setting it was trained with, or start afresh with an empty "
-                          "checkpoint folder")
-
-    def _agreed_tag(self) -> str | None:
-        """The tag rank 0's `latest` names (None if it has none), on every rank."""
-        latest = self.dir / "latest"
-        tag = latest.read_text().strip() if self.rank == 0 and latest.exists() else None
-        if self.world > 1:
-            import torch.distributed as dist
-
-            box = [tag]
-            dist.broadcast_object_list(box, src=0)
-            tag = box[0]
-        return tag
 
     def train(self, samples: list[TrainSample], batch_tokens: int = 0) -> dict[str, float]:
         """One batch: `minibatches` optimizer updates over these samples, their token losses
@@ -329,67 +299,14 @@ class Trainer:
 
     def save(self, tag: str, client_state: dict) -> None:
         """Write a checkpoint (model, optimizer, and `client_state`: the learner's
-        `policy.checkpoint.LearnerState.to_client()`); keep the newest few."""
+        `policy.checkpoint.LearnerState.to_client()`); keep the newest few
+        (`policy.rank_checkpoints`)."""
         self._bind()
-        # DeepSpeed would write `latest` before every rank is done; it returns after a barrier.
-        try:
-            self.engine.save_checkpoint(str(self.dir), tag=tag, client_state=client_state,
-                                        save_latest=False,
-                                        exclude_frozen_parameters=self.lc.lora is not None)
-            failure = None
-        except Exception as exc:  # noqa: BLE001 - the ranks must agree first (`_agree_on_save`)
-            if self.world == 1:
-                raise
-            failure = exc
-        if self.world > 1 and not self._agree_on_save(tag, failure):
-            return
-        if self.rank == 0:
-            partial = self.dir / "latest.partial"
-            partial.write_text(tag)
-            partial.replace(self.dir / "latest")
-            self._prune(tag, self.lc.keep_checkpoints)
-        elif self.lc.ranks == "bus":
-            # One more here: rank 0 may die before `latest` names this tag, and then resumes
-            # from the one before.
-            self._prune(tag, self.lc.keep_checkpoints + 1)
-
-    def _agree_on_save(self, tag: str, failure: Exception | None) -> bool:
-        """Whether every rank wrote its part of checkpoint `tag`. A rank whose write failed
-        meets the others at the barrier that ends their save, then all share the worst
-        outcome (0 written, 1 a full disk, 2 another error): rank 0 raises it (its own
-        exception, or ENOSPC for another rank's full disk), the others return False and wait
-        for rank 0's next operation (a `discard`), so the ranks stay in step."""
-        import deepspeed.comm as dist
-        import torch
-
-        from policy.disk import is_disk_full
-
-        if failure is not None:
-            dist.barrier()  # the one that ends save_checkpoint on the ranks whose write worked
-        code = 0 if failure is None else 1 if is_disk_full(failure, self.dir, 0) else 2
-        worst = torch.tensor([code], dtype=torch.int64)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        if not worst.item():
-            return True
-        if self.rank != 0:
-            log.warning("learner.rank_save_failed", rank=self.rank, tag=tag,
-                        error=str(failure).splitlines()[0][:300] if failure else "")
-            return False
-        if failure is not None:
-            raise failure
-        if worst.item() == 1:
-            raise OSError(errno.ENOSPC, f"another rank found the disk full writing checkpoint {tag}")
-        raise RuntimeError(f"another rank failed to write checkpoint {tag} (see its log)")
+        self.checkpoints.save(self.engine, tag, client_state)
 
     def discard(self, tag: str) -> None:
         """Remove checkpoint `tag` as far as it was written (a save that failed midway)."""
-        shutil.rmtree(self.dir / tag, ignore_errors=True)
-
-    def _prune(self, tag: str, keep: int) -> None:
-        tags = sorted(p for p in self.dir.iterdir() if p.is_dir() and p.name.startswith("step"))
-        for old in tags[:-keep]:
-            if old.name != tag:
-                shutil.rmtree(old, ignore_errors=True)
+        self.checkpoints.discard(tag)
 
     def close(self) -> None:
         """Leave the process group (so a later learner in this process can form a new one)."""
