@@ -3,7 +3,8 @@
 Consumes per-task counts (task id -> (passed, judged): attempts that passed out of attempts
 judged); produces a pass rate with its interval (`estimate`) and the paired comparison of
 two rounds on the tasks both judged (`paired_change`), and the mean per-task difference of
-a score with its interval (`mean_difference`); each function's docstring says why its
+a score with its interval (`mean_difference`), and the mean of independent units such as
+seeds with a Student-t interval (`mean_interval`); each function's docstring says why its
 choice is honest. Pure functions, exact integer arithmetic for the p-value; no I/O and
 nothing heavier than `math` and `statistics`.
 """
@@ -13,10 +14,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 Z95 = 1.959963984540054
 "The two-sided 95% normal quantile."
+
+T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+"Two-sided 95% quantiles of Student's t for 1 to 10 degrees of freedom."
 
 Counts = Mapping[str, tuple[int, int]]
 "Task id -> (attempts passed, attempts judged)."
@@ -118,3 +122,27 @@ def mean_difference(before: Mapping[str, float], after: Mapping[str, float]
     mean = statistics.mean(diff)
     half = Z95 * statistics.stdev(diff) / math.sqrt(len(diff))
     return len(common), mean, mean - half, mean + half
+
+
+def t95(df: int) -> float:
+    """The two-sided 95% quantile of Student's t with `df` degrees of freedom: the table up
+    to 10, beyond it the Cornish-Fisher expansion in 1/df (within 0.003 of the exact value)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    if df <= len(T95):
+        return T95[df - 1]
+    z = Z95
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def mean_interval(values: Sequence[float]) -> tuple[float, float, float] | None:
+    """(mean, low, high): the mean of `values` with its 95% Student-t interval, each value
+    one independent unit (a seed's whole run). With few units the interval is wide, as it
+    should be: runs of one config differ by which behaviour they settle into, a spread the
+    task-paired `mean_difference` within one run cannot see. None for fewer than two."""
+    if len(values) < 2:
+        return None
+    mean = statistics.mean(values)
+    half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half

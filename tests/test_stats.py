@@ -154,3 +154,25 @@ def test_a_round_result_has_each_domains_rungs_with_intervals_and_pairs():
     assert (json0.rate, json0.tasks, json0.paired) == (1.0, 1, 0)
     assert r.tasks["py/c"] == TaskOutcome("py", 0, 1, rung=1)
     assert r.domains["py"].tasks == py0.tasks + py1.tasks
+
+
+def test_t95_reads_the_table_then_the_expansion_within_its_stated_error():
+    """Student's t quantiles: the table to 10 degrees of freedom, then the expansion, each
+    within 0.003 of published values; no degrees of freedom is an error."""
+    from envs.stats import t95
+
+    assert t95(2) == 4.303
+    for df, exact in ((11, 2.201), (15, 2.131), (30, 2.042), (120, 1.980)):
+        assert abs(t95(df) - exact) < 0.003, df
+    with pytest.raises(ValueError, match="at least 1"):
+        t95(0)
+
+
+def test_mean_interval_is_as_wide_as_few_units_warrant():
+    """Three seeds 1, 2, 3: mean 2, half-width 4.303 * 1 / sqrt(3); one unit has none."""
+    from envs.stats import mean_interval
+
+    mean, low, high = mean_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert abs((high - mean) - 4.303 / 3 ** 0.5) < 1e-9 and abs((mean - low) - (high - mean)) < 1e-9
+    assert mean_interval([0.5]) is None

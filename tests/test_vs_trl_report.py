@@ -99,3 +99,21 @@ def test_trl_minibatches_change_trl_config_alone(tmp_path):
     trl = json.loads(trl_config(config, 1).read_text())
     assert trl == {**values, "learner": {"minibatches": 1, "lr": 3e-5}}
     assert json.loads(config.read_text()) == values
+
+
+def test_between_seeds_takes_each_seed_as_one_unit():
+    """Per seed the whetstone - TRL mean reward and passes; their mean with a t interval over
+    seeds (4.303 for three), none for one seed."""
+    def seed(whet: list, trl: list) -> dict:
+        return {"heldout": {"whetstone": {f"t{i}": v for i, v in enumerate(whet)},
+                            "trl": {f"t{i}": v for i, v in enumerate(trl)}}}
+
+    records = [seed([[1.0, "pass"], [0.1, "fail"]], [[0.1, "fail"], [0.1, "fail"]]),   # +0.45, +1
+               seed([[0.1, "fail"], [0.1, "fail"]], [[0.1, "fail"], [0.1, "fail"]]),   # 0, 0
+               seed([[0.1, "fail"], [-0.5, "fail"]], [[1.0, "pass"], [0.1, "fail"]])]  # -0.75, -1
+    got = report.between_seeds(records)
+    assert got["reward_diff"] == [0.45, 0.0, -0.75] and got["pass_diff"] == [1, 0, -1]
+    assert got["mean_reward_diff"] == -0.1
+    half = 4.303 * 0.6062 / 3 ** 0.5  # stdev of the three differences: 0.6062
+    assert abs(got["interval95"][1] - (-0.1 + half)) < 1e-3
+    assert report.between_seeds(records[:1])["interval95"] is None

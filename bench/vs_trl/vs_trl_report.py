@@ -6,7 +6,8 @@ Consumes `seed-<n>.json` (written by vs_trl.py: each held-out task's [reward, ou
 the initial weights, TRL's and whetstone's final policies; both sides' clocks, updates,
 samples, task-list hashes and whetstone's own held-out rounds); produces `report.json`:
 per seed and pooled over seeds, the paired comparison of the final policies (tasks gained
-and lost, the exact sign test's p, the mean reward difference with a 95% interval), each
+and lost, the exact sign test's p, the mean reward difference with a 95% interval; and with
+the seed the unit, `between_seeds`), each
 against the initial weights, each policy's held-out answers by kind (passed, partial
 credit, no test passed, does not compile), the clocks side by side with their ratios, the
 checks that both sides had the same tasks, updates and samples, and the whole-run CPU
@@ -25,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from envs.stats import mean_difference, sign_test  # noqa: E402
+from envs.stats import mean_difference, mean_interval, sign_test  # noqa: E402
 
 Results = dict[str, list]
 "Task id -> [reward or None, outcome]."
@@ -171,6 +172,26 @@ def seed_report(record: dict) -> dict:
                                          "whetstone_round_0": v0}}
 
 
+def between_seeds(records: list[dict]) -> dict:
+    """The seed the unit: each seed's whetstone - TRL mean held-out reward and passes, and
+    the mean reward difference with its 95% Student-t interval over seeds (None for one
+    seed). Runs differ by which behaviour they settle into, which the pooled interval (the
+    task the unit) does not count; this one does, at the price of few units."""
+    diffs, passes = [], []
+    for r in records:
+        whet, trl = r["heldout"]["whetstone"], r["heldout"]["trl"]
+        diffs.append(round(mean_reward(whet) - mean_reward(trl), 4))
+        passes.append(sum(o == "pass" for _, o in whet.values())
+                      - sum(o == "pass" for _, o in trl.values()))
+    out: dict = {"reward_diff": diffs, "pass_diff": passes, "mean_reward_diff": None,
+                 "interval95": None}
+    got = mean_interval(diffs)
+    if got is not None:
+        mean, low, high = got
+        out.update(mean_reward_diff=round(mean, 4), interval95=[round(low, 4), round(high, 4)])
+    return out
+
+
 def pooled(records: list[dict]) -> dict:
     """Every seed's held-out tasks paired together (a task of seed s is `s:task`), clocks
     summed over seeds."""
@@ -179,6 +200,7 @@ def pooled(records: list[dict]) -> dict:
                for label in ("initial", "trl", "whetstone")}
     return {"seeds": [r["seed"] for r in records], **comparisons(heldout),
             "answers": {label: answer_kinds(results) for label, results in heldout.items()},
+            "between_seeds": between_seeds(records),
             "clocks": clocks(records), "reach_ratios": [reach(r)["ratio"] for r in records],
             "checks": {k: all(checks(r)[k] for r in records) for k in checks(records[0])}}
 
@@ -187,6 +209,7 @@ def summary(report: dict) -> list[str]:
     """The report in a few sentences."""
     p = report["pooled"]
     w, c = p["whetstone_vs_trl"], p["clocks"]["whetstone_over_trl"]
+    s = p["between_seeds"]
     figures = lambda key: ", ".join(  # noqa: E731
         f"{label} {p['policies'][label][key]}" for label in ("initial", "trl", "whetstone"))
     return [f"seeds {p['seeds']}, protocol {report['protocol']}: held-out reward "
@@ -194,6 +217,8 @@ def summary(report: dict) -> list[str]:
             f"whetstone vs TRL over {w['tasks']} tasks: +{w['gained']}/-{w['lost']} passes "
             f"(sign test p {w['sign_test_p']}), reward difference {w.get('reward_diff')} "
             f"(95% {w.get('interval95')})",
+            f"the seed the unit: whetstone - TRL reward per seed {s['reward_diff']}, mean "
+            f"{s['mean_reward_diff']} (95% t {s['interval95']}); passes per seed {s['pass_diff']}",
             f"whetstone/TRL CPU: whole run {c['whole_run.cpu_s']}, training only "
             f"{c['training.cpu_s']}; wall: whole run {c['whole_run.wall_s']}, training only "
             f"{c['training.wall_s']}",
