@@ -10,10 +10,10 @@ long and groups large. It knows no optimizer; `policy.trainer` calls it.
 
 from __future__ import annotations
 
-import numpy as np
-
 import math
 from typing import Any
+
+import numpy as np
 
 from policy.batch import TrainSample, split_even
 

@@ -124,11 +124,11 @@ class Trainer:
         self.threads_used = 0
         self.prefix_reads_saved = 0
         minis = split_even(samples, max(1, min(self.lc.minibatches, len(samples))))
+        micros_all = [self._micro_batches(m, self.lc.shared_prompt) for m in minis]
         # The proximal policy is the weights before this batch's first step: the first
         # minibatch's own forward gives it (None), the later ones need it computed now.
-        prox_all = [None] + [self._proximal(m) for m in minis[1:]]
-        for mini, prox in zip(minis, prox_all):
-            micros = self._micro_batches(mini, self.lc.shared_prompt)
+        prox_all = [None] + [self._proximal(m) for m in micros_all[1:]]
+        for mini, micros, prox in zip(minis, micros_all, prox_all):
             scales = sample_scales([s.tokens for s in mini], self.lc.loss_divisor,
                                    batch_tokens=batch_tokens, batch_size=self.config.batch_size,
                                    max_new_tokens=self.config.sampling.max_new_tokens,
@@ -248,12 +248,13 @@ class Trainer:
                                self.model_config, self.cache_arg)
         return token_logprobs(logits[:, :-1], batch["targets"], self.temperature)
 
-    def _proximal(self, mini: list[TrainSample]) -> list[Any]:
+    def _proximal(self, micros: list[list[TrainSample]]) -> list[Any]:
+        """The log-probabilities of each of a minibatch's micro-batches, no gradient."""
         import torch
 
         with torch.no_grad():
             return [self._logprobs(self.engine, self._tensors(m, self.lc.shared_prompt))
-                    for m in self._micro_batches(mini, self.lc.shared_prompt)]
+                    for m in micros]
 
     def _loss(self, micro: list[TrainSample], prox: Any,
               scale_of: dict[int, float]) -> tuple[Any, dict]:

@@ -181,8 +181,7 @@ def between_seeds(records: list[dict]) -> dict:
     for r in records:
         whet, trl = r["heldout"]["whetstone"], r["heldout"]["trl"]
         diffs.append(round(mean_reward(whet) - mean_reward(trl), 4))
-        passes.append(sum(o == "pass" for _, o in whet.values())
-                      - sum(o == "pass" for _, o in trl.values()))
+        passes.append(answer_kinds(whet)["pass"] - answer_kinds(trl)["pass"])
     out: dict = {"reward_diff": diffs, "pass_diff": passes, "mean_reward_diff": None,
                  "interval95": None}
     got = mean_interval(diffs)
