@@ -92,12 +92,16 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # promote it; here both rungs are drawn alike whichever is the frontier. Against staleness1
     "ladder_flat": {"training": {"max_staleness": 1},
                     "sampler": {"ladder_offsets": [-1, 0, 1], "ladder_weights": [1.0, 1.0, 1.0]}},
+    # issue 22: four optimizer steps per batch (a group each), every one clipped against the
+    # weights before the batch's first; against minibatches2
+    "minibatches4": {"training": {"max_staleness": 1}, "learner": {"minibatches": 4}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
  "failures.")
 BASES = {"staleness1_div_sequence": "staleness1", "as_trl": "staleness1",
-         "minibatches2": "staleness1", "ladder_flat": "staleness1"}
+         "minibatches2": "staleness1", "ladder_flat": "staleness1",
+         "minibatches4": "minibatches2"}
 "The result a variant is compared with when it is not `default`'s runs."
 
 
