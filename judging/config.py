@@ -172,7 +172,7 @@ class JudgeConfig(Section):
     "The optional model judge: a flag for people on passing attempts, never a reward."
     truncated: Literal["judged", "fail"] = "judged"
     ("A training answer whose last turn was cut at the token limit (finish_reason 'length'). "
-     "judged: judged on its text like any other (an unclosed code block fails the format, "
+     "judged: judged on its text like any other (a code block the limit left open fails the format, "
      "code cut mid-line fails to compile, but one whose tests pass still earns their reward), "
      "and trained. fail: the model's failure whatever its text holds (`model.truncated`, "
      "the reward of code that does not compile: the lowest an honest answer gets), and "

@@ -5,7 +5,9 @@ Consumes a `Task` and a completion (model text, perhaps markdown) or raw code; p
 and the structure checks: does it parse or compile, does it follow the output format, does it
 define the entry point. The format is `extra["format"]` of the verifier: "any" (default:
 raw code, or exactly one code block), "code_block" (exactly one fenced block) or "raw" (no
-fences). A `verifiers` reply is taken whole, unchecked (its rubric judges it). It runs nothing.
+fences). A block left open at the end of an answer the model ended itself is closed there, as
+CommonMark closes it; one the token limit cut is not. A `verifiers` reply is taken whole,
+unchecked (its rubric judges it). It runs nothing.
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ class Candidate:
                            ok=not failed, detail="; ".join(failed)[:500])
 
 
-def from_completion(task: Task, completion: str) -> Candidate:
-    """The candidate in a model completion, with its format judged."""
+def from_completion(task: Task, completion: str, ended: bool = True) -> Candidate:
+    """The candidate in a model completion, with its format judged; `ended`: the model ended
+    the answer itself (False when the token limit cut it: an open block is then unfinished)."""
     attempt = kinds.of(task).attempt
     if attempt == "reply":  # the whole reply is scored (judging.rubric)
         return Candidate(completion)
@@ -66,7 +69,7 @@ def from_completion(task: Task, completion: str) -> Candidate:
     blocks = [body for lang, body in _FENCE.findall(completion) if lang.lower() in langs]
     fenced = "```" in completion
     rule = task.verifier.extra.get("format", "any")
-    format_ok, detail = _format(rule, fenced, len(blocks), completion.count("```"))
+    format_ok, detail = _format(rule, fenced, len(blocks), completion.count("```"), ended)
     if not blocks:
         text = completion
     elif structured:
@@ -79,12 +82,15 @@ def from_completion(task: Task, completion: str) -> Candidate:
                      cand.defines_entry, cand.value)
 
 
-def _format(rule: str, fenced: bool, blocks: int, fences: int) -> tuple[bool, str]:
-    closed = fences % 2 == 0
+def _format(rule: str, fenced: bool, blocks: int, fences: int, ended: bool) -> tuple[bool, str]:
+    # CommonMark: a fence still open at the end of the document closes there.
+    closed = fences % 2 == 0 or ended
     if rule == "raw":
         return (not fenced, "" if not fenced else "expected raw code, got markdown fences")
-    if fenced and (blocks != 1 or not closed):
-        return False, f"expected exactly one closed code block, found {blocks} ({fences} fences)"
+    if fenced and not closed:
+        return False, "the token limit cut the answer inside its code block"
+    if fenced and blocks != 1:
+        return False, f"expected exactly one code block, found {blocks} ({fences} fences)"
     if rule == "code_block" and not fenced:
         return False, "expected one fenced code block"
     return True, ""

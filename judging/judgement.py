@@ -73,7 +73,10 @@ def candidate_of(attempt: Attempt) -> Candidate:
     if kinds.of(attempt.task).attempt == "workspace":
         return from_code(attempt.task, json.dumps({"files": attempt.workspace,
                                                    "refused": attempt.refused}))
-    return from_completion(attempt.task, attempt.turns[-1].completion if attempt.turns else "")
+    if not attempt.turns:
+        return from_completion(attempt.task, "")
+    last = attempt.turns[-1]
+    return from_completion(attempt.task, last.completion, ended=last.finish_reason != "length")
 
 
 def before_running(task: Task, cand: Candidate, turns: int, weights: RewardConfig) -> Judgement | None:
