@@ -29,7 +29,7 @@ from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVers
 from bus.nats_bus import Bus
 from envs.admission import AdmissionCounters, SignalRefunds, admissible_groups, refund_credit
 from envs.curriculum import Curriculum
-from envs.intake import KvGateCache, collect, gate_many, while_short
+from envs.intake import FirstAccepted, KvGateCache, collect, gate_many, while_short
 from envs.repair import repair_task
 from runtime.config import RunConfig
 
@@ -285,20 +285,21 @@ class Sampler:
         progress.update({gauges.GATE_DONE: 0.0, gauges.GATE_TOTAL: float(sum(
             min(n, target) if target else n for n in per_domain.values()))})
 
+        # The pool is each domain's first accepted tasks in the listed order, so it does not
+        # depend on which gate finished first.
+        pool = FirstAccepted((t for t, _ in tasks), target)
+
         async def accepted(task: Task, report) -> None:
             progress[gauges.GATE_DONE] += 1
-            if report.accepted:
-                pooled[task.domain] += 1
-                self.tasks[task.task_id] = task
-                self.curriculum.add(task.task_id, task.domain, int(task.difficulty), task.split)
+            for ready in pool.add(task, report.accepted):
+                self.tasks[ready.task_id] = ready
+                self.curriculum.add(ready.task_id, ready.domain, int(ready.difficulty), ready.split)
                 self.wake()
-
-        pooled = Counter[str]()
 
         def spent(seconds: float) -> None:
             progress[gauges.SANDBOX_CPU_S] = round(seconds, 3)
 
-        tally = await gate_many(while_short(tasks, pooled, lambda domain: target),
+        tally = await gate_many(while_short(tasks, pool.released, lambda domain: target),
                                 cfg.gates.sandbox, accepted,
                                 concurrency=cfg.gates.concurrency, on_cpu=spent,
                                 cache=KvGateCache(self.bus, cfg.gates.keep_reports))
@@ -306,7 +307,8 @@ class Sampler:
         self.bus.stats.gauges.update({f"rejected.{k}": float(v) for k, v in tally.rejected.items()})
         domains = set(self.curriculum.rungs)
         log.info("intake.completed", accepted=tally.accepted, rejected=dict(tally.rejected),
-                 bad_records=len(errors), pool=len(self.curriculum), by_domain=dict(pooled),
+                 bad_records=len(errors), pool=len(self.curriculum),
+                 by_domain={d: n for d, n in pool.released.items() if n},
                  not_gated=sorted({t.domain for t, _ in found} - set(per_domain)))
         if set(self.curriculum.mix) - domains:
             log.warning("intake.mix_without_tasks", domains=sorted(set(self.curriculum.mix) - domains))

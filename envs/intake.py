@@ -200,6 +200,43 @@ def while_short(tasks: Iterable[tuple[Task, GateConfig | None]], have: Mapping[s
             yield task, gates
 
 
+class FirstAccepted:
+    """Each domain's first `limit` accepted tasks in the listed order, whatever order the
+    gates finish in (several run at once, and a cold gate cache makes their timing vary).
+
+    `add(task, accepted)` takes each report and returns the tasks it releases, in order: a
+    task is released once every task listed before it in its domain has its report, until
+    the domain holds `limit` (0: no limit). `released` is what `while_short` reads, so gating
+    goes on until those first tasks are known; reports of tasks beyond them are dropped."""
+
+    def __init__(self, tasks: Iterable[Task], limit: int = 0) -> None:
+        self.limit = limit
+        self.order: dict[str, list[str]] = {}
+        for task in tasks:
+            self.order.setdefault(task.domain, []).append(task.task_id)
+        self.next: dict[str, int] = dict.fromkeys(self.order, 0)
+        self.waiting: dict[str, tuple[Task, bool]] = {}
+        self.released: dict[str, int] = dict.fromkeys(self.order, 0)
+        "Tasks released per domain."
+
+    def add(self, task: Task, accepted: bool) -> list[Task]:
+        """Record one report; the tasks it releases, in the listed order."""
+        domain, out = task.domain, []
+        self.waiting[task.task_id] = (task, accepted)
+        ids = self.order.get(domain, [])
+        while self.next.get(domain, 0) < len(ids) and ids[self.next[domain]] in self.waiting:
+            first, ok = self.waiting.pop(ids[self.next[domain]])
+            self.next[domain] += 1
+            if ok and not self.full(domain):
+                self.released[domain] += 1
+                out.append(first)
+        return out
+
+    def full(self, domain: str) -> bool:
+        """True once `domain` holds `limit` released tasks."""
+        return bool(self.limit) and self.released.get(domain, 0) >= self.limit
+
+
 async def gated_heldout(config: EnvsConfig, *, seed: int, per_domain: int,
                         split: str = "heldout", domain_tasks: Mapping[str, int] | None = None,
                         cache: KvGateCache | None = None,

@@ -10,7 +10,6 @@ at, and the sha256 of the sorted ids. It trains and evaluates nothing.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
 from pathlib import Path
 
 from bus.messages import Task
@@ -24,26 +23,25 @@ def digest(ids: list[str]) -> str:
 async def gated_train_tasks(cfg) -> tuple[dict[str, list[Task]], float]:
     """The gated training tasks of the mix's domains, by domain in id order, and the CPU
     seconds their sandboxed gate runs took (0 when every report came from the cache)."""
-    from envs.intake import KvGateCache, collect, gate_many, while_short
+    from envs.intake import FirstAccepted, KvGateCache, collect, gate_many, while_short
 
     found, errors = collect(cfg.envs, seed=cfg.run.seed, split="train")
     if errors:
         raise ValueError(f"training tasks: {errors[0]} (and {len(errors) - 1} more)")
     target = cfg.sampler.pool_per_domain
     accepted: dict[str, list[Task]] = {}
-    pooled = Counter[str]()
     spent = [0.0]
+    mine = [(task, gates) for task, gates in found if cfg.envs.mix.get(task.domain, 0) > 0]
+    pool = FirstAccepted((task for task, _ in mine), target)
 
     async def on_gated(task: Task, report) -> None:
-        if report.accepted:
-            pooled[task.domain] += 1
-            accepted.setdefault(task.domain, []).append(task)
+        for ready in pool.add(task, report.accepted):
+            accepted.setdefault(ready.domain, []).append(ready)
 
     def on_cpu(seconds: float) -> None:
         spent[0] = seconds
 
-    mine = [(task, gates) for task, gates in found if cfg.envs.mix.get(task.domain, 0) > 0]
-    await gate_many(while_short(mine, pooled, lambda domain: target), cfg.envs.gates.sandbox,
+    await gate_many(while_short(mine, pool.released, lambda domain: target), cfg.envs.gates.sandbox,
                     on_gated, concurrency=cfg.envs.gates.concurrency, on_cpu=on_cpu,
                     cache=KvGateCache(None, cfg.envs.gates.keep_reports))
     return {d: sorted(ts, key=lambda t: t.task_id) for d, ts in sorted(accepted.items())}, spent[0]

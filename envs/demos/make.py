@@ -26,7 +26,7 @@ from envs.config import EnvsConfig
 from envs.demos.answers import answer_demos, answers
 from envs.demos.episodes import task_demos
 from envs.environment import Environment
-from envs.intake import KvGateCache, collect, gate_many, while_short
+from envs.intake import FirstAccepted, KvGateCache, collect, gate_many, while_short
 from judging.config import JudgeConfig
 from judging.tools import is_tool_task
 from sandbox import open_backend
@@ -91,16 +91,15 @@ async def gated_training(envs: EnvsConfig, domains: list[str], *, seed: int, lim
     tasks = [(t, g) for t, g in found if t.domain in domains]
     tally = {d: DomainTally() for d in domains}
     accepted: list[Task] = []
-    have: Counter = Counter()
+    pool = FirstAccepted((t for t, _ in tasks), limit)
 
     async def on_gated(task: Task, report) -> None:
         tally[task.domain].gated += 1
-        if report.accepted and (not limit or have[task.domain] < limit):
-            have[task.domain] += 1
-            tally[task.domain].accepted += 1
-            accepted.append(task)
+        for ready in pool.add(task, report.accepted):
+            tally[ready.domain].accepted += 1
+            accepted.append(ready)
 
-    await gate_many(while_short(tasks, have, lambda d: limit), envs.gates.sandbox, on_gated,
+    await gate_many(while_short(tasks, pool.released, lambda d: limit), envs.gates.sandbox, on_gated,
                     concurrency=envs.gates.concurrency,
                     cache=KvGateCache(None, envs.gates.keep_reports))
     return sorted(accepted, key=lambda t: order[t.task_id]), tally, errors
