@@ -3,7 +3,8 @@
 Consumes `EnvsConfig`, a seed and a split ('train' or 'heldout'); produces gated tasks one
 at a time (through a callback, so a sampler can start before intake finishes), a
 `GateTally`, and the bad task-file lines as errors. Environments are interleaved so every
-domain gets tasks early. `gated_heldout` is the held-out choice of an evaluation round (the
+domain gets tasks early; `FirstAccepted` keeps a pool that does not depend on which gate
+finished first. `gated_heldout` is the held-out choice of an evaluation round (the
 evaluator's, and the benchmarks' that evaluate on the same tasks): stratified, gated, each
 rejection replaced within its stratum. It samples nothing and publishes nothing.
 """
