@@ -117,3 +117,18 @@ def test_between_seeds_takes_each_seed_as_one_unit():
     half = 4.303 * 0.6062 / 3 ** 0.5  # stdev of the three differences: 0.6062
     assert abs(got["interval95"][1] - (-0.1 + half)) < 1e-3
     assert report.between_seeds(records[:1])["interval95"] is None
+
+
+def test_by_stratum_splits_each_policy_by_domain_and_the_rung_in_the_task_id():
+    heldout = {"initial": {"1:ds/v1-L0-a": [0.1, "fail"], "1:ds/v1-L1-b": [-0.5, "fail"],
+                           "2:so/v1-L0-c": [1.0, "pass"], "2:he/HumanEval-3": [0.0, "fail"]},
+               "trl": {"1:ds/v1-L0-a": [1.0, "pass"], "1:ds/v1-L1-b": [0.3, "fail"],
+                       "2:so/v1-L0-c": [1.0, "pass"], "2:he/HumanEval-3": [1.0, "pass"]},
+               "whetstone": {"1:ds/v1-L0-a": [0.2, "fail"], "1:ds/v1-L1-b": [0.5, "fail"],
+                             "2:so/v1-L0-c": [0.9, "fail"], "2:he/HumanEval-3": [0.0, "fail"]}}
+    got = report.by_stratum(heldout)
+    assert list(got) == ["ds L0", "ds L1", "he", "so L0"]
+    assert got["ds L1"] == {"tasks": 1, "initial": {"reward": -0.5, "passes": 0},
+                            "trl": {"reward": 0.3, "passes": 0},
+                            "whetstone": {"reward": 0.5, "passes": 0}}
+    assert got["so L0"]["trl"]["passes"] == 1 and got["so L0"]["whetstone"]["passes"] == 0

@@ -9,7 +9,8 @@ per seed and pooled over seeds, the paired comparison of the final policies (tas
 and lost, the exact sign test's p, the mean reward difference with a 95% interval; and with
 the seed the unit, `between_seeds`), each
 against the initial weights, each policy's held-out answers by kind (passed, partial
-credit, no test passed, does not compile), the clocks side by side with their ratios, the
+credit, no test passed, does not compile; pooled, also per domain and rung: `by_stratum`),
+the clocks side by side with their ratios, the
 checks that both sides had the same tasks, updates and samples, and the whole-run CPU
 whetstone took to reach TRL's final held-out reward. `--check` only compares with the report
 on disk.
@@ -155,6 +156,27 @@ def answer_kinds(results: Results) -> dict[str, int]:
     return out
 
 
+def stratum(task_id: str) -> str:
+    """'<domain> L<rung>' of a held-out task, the rung read from its id ('<domain>/v1-L0-...':
+    the generated environments name their tasks so); '<domain>' when the id names none."""
+    domain, _, rest = task_id.partition("/")
+    rung = next((part for part in rest.split("-") if part[:1] == "L" and part[1:].isdigit()), "")
+    return f"{domain} {rung}".strip()
+
+
+def by_stratum(heldout: dict[str, Results]) -> dict[str, dict]:
+    """Each policy's mean reward and passes per domain and rung (`stratum`), with the
+    stratum's task count."""
+    out: dict[str, dict] = {}
+    for key in sorted({stratum(t.split(":", 1)[-1]) for t in heldout["trl"]}):
+        part = {label: {t: v for t, v in results.items() if stratum(t.split(":", 1)[-1]) == key}
+                for label, results in heldout.items()}
+        out[key] = {"tasks": len(part["trl"]),
+                    **{label: {"reward": mean_reward(r), "passes": answer_kinds(r)["pass"]}
+                       for label, r in part.items()}}
+    return out
+
+
 def seed_report(record: dict) -> dict:
     """One seed's figures."""
     trl, whet = record["trl"], record["whetstone"]
@@ -199,6 +221,7 @@ def pooled(records: list[dict]) -> dict:
                for label in ("initial", "trl", "whetstone")}
     return {"seeds": [r["seed"] for r in records], **comparisons(heldout),
             "answers": {label: answer_kinds(results) for label, results in heldout.items()},
+            "by_stratum": by_stratum(heldout),
             "between_seeds": between_seeds(records),
             "clocks": clocks(records), "reach_ratios": [reach(r)["ratio"] for r in records],
             "checks": {k: all(checks(r)[k] for r in records) for k in checks(records[0])}}
