@@ -29,7 +29,7 @@ from bus.messages import SamplerState, Task, TaskAssignment, Verdict, WeightVers
 from bus.nats_bus import Bus
 from envs.admission import AdmissionCounters, SignalRefunds, admissible_groups, refund_credit
 from envs.curriculum import Curriculum
-from envs.intake import FirstAccepted, KvGateCache, collect, gate_many, while_short
+from envs.intake import FirstAccepted, KvGateCache, collect, gate_many
 from envs.repair import repair_task
 from runtime.config import RunConfig
 
@@ -299,7 +299,7 @@ class Sampler:
         def spent(seconds: float) -> None:
             progress[gauges.SANDBOX_CPU_S] = round(seconds, 3)
 
-        tally = await gate_many(while_short(tasks, pool.released, lambda domain: target),
+        tally = await gate_many(pool.gating(tasks),
                                 cfg.gates.sandbox, accepted,
                                 concurrency=cfg.gates.concurrency, on_cpu=spent,
                                 cache=KvGateCache(self.bus, cfg.gates.keep_reports))

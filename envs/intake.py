@@ -191,24 +191,14 @@ async def _one(task: Task, gates: GateConfig | None, backend, limiter, lanes, ta
         lanes.release()
 
 
-def while_short(tasks: Iterable[tuple[Task, GateConfig | None]], have: Mapping[str, int],
-                limit: Callable[[str], int]) -> Iterator[tuple[Task, GateConfig | None]]:
-    """`tasks`, lazily, skipping a domain's once `have[domain]` (filled as gates accept)
-    reaches `limit(domain)`; a limit of 0 is none. Read while gating, so gating stops early."""
-    for task, gates in tasks:
-        most = limit(task.domain)
-        if not most or have.get(task.domain, 0) < most:
-            yield task, gates
-
-
 class FirstAccepted:
     """Each domain's first `limit` accepted tasks in the listed order, whatever order the
     gates finish in (several run at once, and a cold gate cache makes their timing vary).
 
     `add(task, accepted)` takes each report and returns the tasks it releases, in order: a
     task is released once every task listed before it in its domain has its report, until
-    the domain holds `limit` (0: no limit). `released` is what `while_short` reads, so gating
-    goes on until those first tasks are known; reports of tasks beyond them are dropped."""
+    the domain holds `limit` (0: no limit). `gating(tasks)` feeds the gates until those first
+    tasks are known; reports of tasks beyond them are dropped."""
 
     def __init__(self, tasks: Iterable[Task], limit: int = 0) -> None:
         self.limit = limit
@@ -232,6 +222,14 @@ class FirstAccepted:
                 self.released[domain] += 1
                 out.append(first)
         return out
+
+    def gating(self, tasks: Iterable[tuple[Task, GateConfig | None]]
+               ) -> Iterator[tuple[Task, GateConfig | None]]:
+        """`tasks`, lazily, skipping a domain's once it is `full`. Read while gating, so
+        gating stops as soon as each domain's first tasks are known."""
+        for task, gates in tasks:
+            if not self.full(task.domain):
+                yield task, gates
 
     def full(self, domain: str) -> bool:
         """True once `domain` holds `limit` released tasks."""

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from bus.messages import Task, Verifier
-from envs.intake import FirstAccepted, while_short
+from envs.intake import FirstAccepted
 
 pytestmark = pytest.mark.unit
 
@@ -56,10 +56,10 @@ def test_a_task_waits_for_every_report_before_it_in_its_domain():
 
 
 def test_gating_goes_on_until_the_first_tasks_are_known_and_stops_there():
-    """while_short reads the released counts: tasks after a domain's first `limit` accepted
-    are not fed once those are known, however early later tasks finished."""
+    """Tasks after a domain's first `limit` accepted are not fed once those are known,
+    however early later tasks finished."""
     pool = FirstAccepted(TASKS, 2)
-    fed = while_short(((t, None) for t in TASKS), pool.released, lambda d: 2)
+    fed = pool.gating((t, None) for t in TASKS)
     seen = []
     for t, _ in itertools.islice(fed, 6):  # a/00, b/00, a/01, b/01, a/02, b/02
         seen.append(t.task_id)

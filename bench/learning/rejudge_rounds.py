@@ -78,7 +78,7 @@ def summary(verdicts: list[Verdict], weights: RewardConfig) -> dict:
     out = {}
     for version, tasks in sorted(rounds.items()):
         then = [old for old, _ in tasks.values()]
-        now = [(o, r) for (o, r, _) in (new for _, new in tasks.values())]
+        now = [new[:2] for _, new in tasks.values()]
         out[str(version)] = {
             "tasks": len(tasks),
             "passes_then": sum(o == "pass" for o, _ in then),

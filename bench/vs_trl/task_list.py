@@ -23,7 +23,7 @@ def digest(ids: list[str]) -> str:
 async def gated_train_tasks(cfg) -> tuple[dict[str, list[Task]], float]:
     """The gated training tasks of the mix's domains, by domain in id order, and the CPU
     seconds their sandboxed gate runs took (0 when every report came from the cache)."""
-    from envs.intake import FirstAccepted, KvGateCache, collect, gate_many, while_short
+    from envs.intake import FirstAccepted, KvGateCache, collect, gate_many
 
     found, errors = collect(cfg.envs, seed=cfg.run.seed, split="train")
     if errors:
@@ -41,7 +41,7 @@ async def gated_train_tasks(cfg) -> tuple[dict[str, list[Task]], float]:
     def on_cpu(seconds: float) -> None:
         spent[0] = seconds
 
-    await gate_many(while_short(mine, pool.released, lambda domain: target), cfg.envs.gates.sandbox,
+    await gate_many(pool.gating(mine), cfg.envs.gates.sandbox,
                     on_gated, concurrency=cfg.envs.gates.concurrency, on_cpu=on_cpu,
                     cache=KvGateCache(None, cfg.envs.gates.keep_reports))
     return {d: sorted(ts, key=lambda t: t.task_id) for d, ts in sorted(accepted.items())}, spent[0]

@@ -157,9 +157,10 @@ def answer_kinds(results: Results) -> dict[str, int]:
 
 
 def stratum(task_id: str) -> str:
-    """'<domain> L<rung>' of a held-out task, the rung read from its id ('<domain>/v1-L0-...':
-    the generated environments name their tasks so); '<domain>' when the id names none."""
-    domain, _, rest = task_id.partition("/")
+    """'<domain> L<rung>' of a held-out task ('<seed>:' first when pooled), the rung read from
+    its id ('<domain>/v1-L0-...': the generated environments name their tasks so); '<domain>'
+    when the id names none."""
+    domain, _, rest = task_id.split(":", 1)[-1].partition("/")
     rung = next((part for part in rest.split("-") if part[:1] == "L" and part[1:].isdigit()), "")
     return f"{domain} {rung}".strip()
 
@@ -167,9 +168,10 @@ def stratum(task_id: str) -> str:
 def by_stratum(heldout: dict[str, Results]) -> dict[str, dict]:
     """Each policy's mean reward and passes per domain and rung (`stratum`), with the
     stratum's task count."""
+    keys = {t: stratum(t) for t in heldout["trl"]}
     out: dict[str, dict] = {}
-    for key in sorted({stratum(t.split(":", 1)[-1]) for t in heldout["trl"]}):
-        part = {label: {t: v for t, v in results.items() if stratum(t.split(":", 1)[-1]) == key}
+    for key in sorted(set(keys.values())):
+        part = {label: {t: v for t, v in results.items() if keys.get(t) == key}
                 for label, results in heldout.items()}
         out[key] = {"tasks": len(part["trl"]),
                     **{label: {"reward": mean_reward(r), "passes": answer_kinds(r)["pass"]}

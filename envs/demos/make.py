@@ -26,7 +26,7 @@ from envs.config import EnvsConfig
 from envs.demos.answers import answer_demos, answers
 from envs.demos.episodes import task_demos
 from envs.environment import Environment
-from envs.intake import FirstAccepted, KvGateCache, collect, gate_many, while_short
+from envs.intake import FirstAccepted, KvGateCache, collect, gate_many
 from judging.config import JudgeConfig
 from judging.tools import is_tool_task
 from sandbox import open_backend
@@ -99,7 +99,7 @@ async def gated_training(envs: EnvsConfig, domains: list[str], *, seed: int, lim
             tally[ready.domain].accepted += 1
             accepted.append(ready)
 
-    await gate_many(while_short(tasks, pool.released, lambda d: limit), envs.gates.sandbox, on_gated,
+    await gate_many(pool.gating(tasks), envs.gates.sandbox, on_gated,
                     concurrency=envs.gates.concurrency,
                     cache=KvGateCache(None, envs.gates.keep_reports))
     return sorted(accepted, key=lambda t: order[t.task_id]), tally, errors
