@@ -116,10 +116,27 @@ def main(argv: list[str] | None = None) -> int:
         fcntl.flock(held, fcntl.LOCK_EX)
         for name in args.names or sorted(SPECS):
             env = SPECS[name]
-            path = build(env, args.dir, args.mirror)
+            try:
+                path = build(env, args.dir, args.mirror)
+            except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+                # Said while the lock is held: whoever waits on it reads the whole reason.
+                print(f"sandbox.envbuild: building the tree {env.key} failed: {_reason(exc)}",
+                      file=sys.stderr, flush=True)
+                return 1
             print(f"env {env.key}: {rootfs(env, args.dir)} "
                   f"({tarball(env, args.dir).stat().st_size >> 20} MiB tar); {path}", flush=True)
     return 0
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError) and exc.filename:
+        return (f"`{exc.filename}` is not installed or not on PATH; "
+                f"install it (apt-get install {exc.filename}) and run this again")
+    if isinstance(exc, subprocess.CalledProcessError):
+        tail = (exc.stderr or b"")[-2000:]
+        tail = tail.decode(errors="replace") if isinstance(tail, bytes) else tail
+        return f"`{' '.join(map(str, exc.cmd))}` exited {exc.returncode}: {tail}"
+    return str(exc)
 
 
 def builder_running(root: str = "") -> bool:

@@ -160,7 +160,7 @@ async def test_a_tree_build_left_running_that_fails_is_named_with_its_log(tmp_pa
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     log = setup.build_behind(str(tmp_path), ["python"])
     envbuild.wait_for_builder(str(tmp_path))
-    assert "debootstrap" in log.read_text()
+    assert "apt-get install debootstrap" in log.read_text(), log.read_text()
     config = SandboxConfig(backend="local", envs_dir=str(tmp_path))
     problems = await preflight.sandbox_problems("executor.sandbox", config)
     (trees,) = [p for p in problems if "not built" in p.what]
