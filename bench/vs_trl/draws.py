@@ -1,0 +1,133 @@
+"""Benchmark: which training tasks each side of a vs_trl seed practised, per domain and rung.
+
+Consumes a seed's work folder of `vs_trl.py` (`--work-dir`/seed-<n>): its `train_ids.txt`, its
+`config.json` and whetstone's run store (`runs/<id>/nats/jetstream`, read from a copy through a
+private nats-server). Produces JSON: for the list, for TRL's rows (rebuilt by `mixed_rows` from
+the list in its order and the seed, as vs_trl_grpo draws them) and for whetstone's judged
+training groups: groups per domain and rung and distinct tasks. It changes nothing; TRL's
+rows are rebuilt, not read: they are what TRL drew where this code's `mixed_rows` is the one
+that ran (the distinct counts equal trl.json's `tasks_drawn`).
+
+    python bench/vs_trl/draws.py /tmp/vstrl/seed-1 [...] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bus import subjects  # noqa: E402
+from bus.codec import decode  # noqa: E402
+from bus.messages import Verdict  # noqa: E402
+from runtime.broker.embedded import EmbeddedServer  # noqa: E402
+
+_RUNG = re.compile(r"-L(\d+)-")
+
+
+def stratum(task_id: str) -> str:
+    """'<env>/L<rung>' of a task id ('<env>/v1-L0-…')."""
+    env = task_id.split("/", 1)[0]
+    found = _RUNG.search(task_id)
+    return f"{env}/L{found[1]}" if found else f"{env}/?"
+
+
+def tally(groups: list[str]) -> dict:
+    """Groups per stratum and distinct tasks of a list of task ids (one per group)."""
+    return {"groups": len(groups), "distinct_tasks": len(set(groups)),
+            "by_stratum": dict(sorted(Counter(stratum(t) for t in groups).items())),
+            "distinct_by_stratum": dict(sorted(Counter(stratum(t) for t in set(groups)).items()))}
+
+
+async def training_groups(url: str) -> dict[str, tuple[str, str]]:
+    """Every judged training group in a run's store: its (task id, domain)."""
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        js = nc.jetstream()
+        info = await js.stream_info(subjects.STREAM_VERDICTS)
+        seen: dict[str, tuple[str, str]] = {}
+        for seq in range(info.state.first_seq, info.state.last_seq + 1):
+            try:
+                msg = await js.get_msg(subjects.STREAM_VERDICTS, seq)
+            except Exception:  # noqa: BLE001 - a deleted sequence
+                continue
+            attempt = decode(msg.data, Verdict).attempt
+            if attempt.purpose == "train":
+                seen.setdefault(attempt.group_id, (attempt.task.task_id, attempt.task.domain))
+        return seen
+    finally:
+        await nc.close()
+
+
+def whetstone_groups(seed_dir: Path) -> dict[str, tuple[str, str]]:
+    stores = sorted(seed_dir.glob("runs/*/nats/jetstream"))
+    if not stores:
+        sys.exit(f"draws: no run store under {seed_dir}/runs/*/nats/jetstream")
+    with tempfile.TemporaryDirectory(prefix="draws-") as tmp:
+        shutil.copytree(stores[-1], Path(tmp) / "jetstream")
+        server = EmbeddedServer(Path(tmp))
+        url = server.start()
+        try:
+            return asyncio.run(training_groups(url))
+        finally:
+            server.stop()
+
+
+def trl_rows(seed_dir: Path, ids: list[str], domains: dict[str, str]) -> list[str]:
+    """TRL's rows as vs_trl_grpo draws them: `mixed_rows` over the list, by domain in id order
+    (`domains`: each environment's domain)."""
+    from types import SimpleNamespace
+
+    import bench.vs_trl.vs_trl_grpo as grpo
+    from runtime.config import load
+
+    cfg = load(seed_dir / "config.json")
+    by_domain: dict[str, list] = {}
+    for task_id in sorted(ids):
+        domain = domains[task_id.split("/", 1)[0]]
+        by_domain.setdefault(domain, []).append(SimpleNamespace(task_id=task_id, prompt=""))
+    per_step = cfg.training.batch_size // cfg.training.group_size
+    column, grpo.task_column = grpo.task_column, lambda task: ""  # the ids alone are needed
+    try:
+        rows = grpo.mixed_rows(by_domain, cfg.envs.mix, cfg.training.max_steps * per_step,
+                               cfg.run.seed)
+    finally:
+        grpo.task_column = column
+    return [r["task_id"] for r in rows]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("seed_dirs", type=Path, nargs="+")
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    result = {"command": "PYTHONPATH=. python bench/vs_trl/draws.py "
+                         + " ".join(str(d) for d in args.seed_dirs)
+                         + (f" --out {args.out}" if args.out else ""), "seeds": {}}
+    for seed_dir in args.seed_dirs:
+        ids = (seed_dir / "train_ids.txt").read_text().split()
+        groups = whetstone_groups(seed_dir)
+        domains = {task_id.split("/", 1)[0]: domain for task_id, domain in groups.values()}
+        result["seeds"][seed_dir.name] = {
+            "list": tally(ids), "trl_rows": tally(trl_rows(seed_dir, ids, domains)),
+            "whetstone_groups": tally([task_id for task_id, _ in groups.values()])}
+    text = json.dumps(result, indent=1) + "\n"
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
