@@ -95,6 +95,23 @@ def test_domain_mix_follows_config_and_zero_means_never():
     assert abs(counts["python"] / sum(counts.values()) - 0.6) < 0.04
 
 
+def test_mix_draw_keeps_every_run_of_draws_within_one_of_its_share():
+    """MixDraw: after n draws each domain has its share of n within one, at every n; a domain
+    that has no tasks for a while is skipped without building up a debt."""
+    from envs.curriculum import MixDraw
+
+    draw, counts = MixDraw({"a": 0.5, "b": 0.3, "c": 0.2, "never": 0.0}), collections.Counter()
+    for n in range(1, 201):
+        counts[draw.next()] += 1
+        assert all(abs(counts[d] - share * n) < 1.0 for d, share in draw.mix.items()), (n, counts)
+    assert counts["never"] == 0
+    half = MixDraw({"a": 0.5, "b": 0.5})
+    assert [half.next(["a"]) for _ in range(5)] == ["a"] * 5
+    assert [half.next() for _ in range(4)] in (["a", "b", "a", "b"], ["b", "a", "b", "a"])
+    with pytest.raises(ValueError, match="no domain"):
+        half.next(["zzz"])
+
+
 def test_ladder_is_centred_on_the_frontier_and_moves_up_as_the_policy_improves():
     """Rungs follow the ladder weights around the frontier; passing the frontier promotes it."""
     cfg = msgspec.structs.replace(CFG, min_rung_attempts=8)

@@ -30,3 +30,19 @@ def test_a_batch_that_does_not_split_into_its_minibatches_is_refused(tmp_path):
                     learner=LearnerConfig(micro_batch_size=8, minibatches=2))
     with pytest.raises(ValueError, match="minibatches 2"):
         grpo_settings(cfg, bf16=False, out_dir=str(tmp_path))
+
+
+def test_trl_rows_hold_the_mix_exactly_and_cycle_each_domain_s_shuffled_tasks():
+    """Every batch of four groups is two tasks of each domain (mix 0.5/0.5, as whetstone's
+    sampler draws domains); a domain's tasks come each once before any repeats."""
+    from types import SimpleNamespace
+
+    from bench.vs_trl.vs_trl_grpo import draw_order
+
+    tasks = {d: [SimpleNamespace(task_id=f"{d}/{i}") for i in range(n)]
+             for d, n in (("data", 5), ("structured", 7))}
+    drawn = draw_order(tasks, {"data": 0.5, "structured": 0.5}, 32, seed=3)
+    for start in range(0, 32, 4):
+        assert sorted(d for d, _ in drawn[start:start + 4]) == ["data"] * 2 + ["structured"] * 2
+    data = [t.task_id for d, t in drawn if d == "data"]
+    assert sorted(data[:5]) == [f"data/{i}" for i in range(5)] and data[5:10] == data[:5]

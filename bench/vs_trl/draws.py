@@ -2,11 +2,12 @@
 
 Consumes a seed's work folder of `vs_trl.py` (`--work-dir`/seed-<n>): its `train_ids.txt`, its
 `config.json` and whetstone's run store (`runs/<id>/nats/jetstream`, read from a copy through a
-private nats-server). Produces JSON: for the list, for TRL's rows (rebuilt by `mixed_rows` from
+private nats-server). Produces JSON: for the list, for TRL's rows (rebuilt by `draw_order` from
 the list in its order and the seed, as vs_trl_grpo draws them) and for whetstone's judged
 training groups: groups per domain and rung and distinct tasks. It changes nothing; TRL's
-rows are rebuilt, not read: they are what TRL drew where this code's `mixed_rows` is the one
-that ran (the distinct counts equal trl.json's `tasks_drawn`).
+rows are rebuilt, not read: they are what TRL drew where this code's `draw_order` is the one
+that ran (the distinct counts equal trl.json's `tasks_drawn`; runs before MixDraw drew each
+row's domain by a weighted coin, and draws.py at 1596889 rebuilds those).
 
     python bench/vs_trl/draws.py /tmp/vstrl/seed-1 [...] [--out FILE]
 """
@@ -85,26 +86,21 @@ def whetstone_groups(seed_dir: Path) -> dict[str, tuple[str, str]]:
 
 
 def trl_rows(seed_dir: Path, ids: list[str], domains: dict[str, str]) -> list[str]:
-    """TRL's rows as vs_trl_grpo draws them: `mixed_rows` over the list, by domain in id order
+    """TRL's rows as vs_trl_grpo draws them: `draw_order` over the list, by domain in id order
     (`domains`: each environment's domain)."""
     from types import SimpleNamespace
 
-    import bench.vs_trl.vs_trl_grpo as grpo
+    from bench.vs_trl.vs_trl_grpo import draw_order
     from runtime.config import load
 
     cfg = load(seed_dir / "config.json")
     by_domain: dict[str, list] = {}
     for task_id in sorted(ids):
         domain = domains[task_id.split("/", 1)[0]]
-        by_domain.setdefault(domain, []).append(SimpleNamespace(task_id=task_id, prompt=""))
+        by_domain.setdefault(domain, []).append(SimpleNamespace(task_id=task_id))
     per_step = cfg.training.batch_size // cfg.training.group_size
-    column, grpo.task_column = grpo.task_column, lambda task: ""  # the ids alone are needed
-    try:
-        rows = grpo.mixed_rows(by_domain, cfg.envs.mix, cfg.training.max_steps * per_step,
-                               cfg.run.seed)
-    finally:
-        grpo.task_column = column
-    return [r["task_id"] for r in rows]
+    drawn = draw_order(by_domain, cfg.envs.mix, cfg.training.max_steps * per_step, cfg.run.seed)
+    return [task.task_id for _, task in drawn]
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from bench.vs_trl.clock import age, meter
 from bench.vs_trl.task_list import digest, gated_train_tasks
 from bench.vs_trl.trl_reward import JudgeReward, task_column
 from bus.messages import Task
+from envs.curriculum import MixDraw
 
 
 def bf16_native() -> bool:
@@ -80,25 +81,32 @@ def grpo_settings(cfg, *, bf16: bool, out_dir: str) -> dict[str, Any]:
     )
 
 
-def mixed_rows(tasks: dict[str, list[Task]], mix: dict[str, float], rows: int,
-               seed: int) -> list[dict[str, Any]]:
-    """`rows` dataset rows: each a domain drawn by the mix weights, then that domain's next task
-    (its gated tasks shuffled once, cycled). Whetstone's sampler draws by the same weights
-    but picks tasks by its curriculum; TRL has none."""
+def draw_order(tasks: dict[str, list[Task]], mix: dict[str, float], rows: int,
+               seed: int) -> list[tuple[str, Task]]:
+    """`rows` (domain, task) draws: each a domain in the mix's ratio (`MixDraw`, as
+    whetstone's sampler draws domains), then that domain's next task (its gated tasks shuffled
+    once, cycled). Whetstone's sampler picks the task by its curriculum; TRL has none."""
     rng = random.Random(seed)
     weights = {d: w for d, w in mix.items() if w > 0 and tasks.get(d)}
     if not weights:
         raise ValueError(f"no gated training tasks in the mix's domains {sorted(mix)}")
     order = {d: rng.sample(tasks[d], len(tasks[d])) for d in weights}
     drawn = {d: 0 for d in weights}
+    domains = MixDraw(weights)
     out = []
     for _ in range(rows):
-        domain = rng.choices(list(weights), list(weights.values()))[0]
-        task = order[domain][drawn[domain] % len(order[domain])]
+        domain = domains.next()
+        out.append((domain, order[domain][drawn[domain] % len(order[domain])]))
         drawn[domain] += 1
-        out.append({"prompt": [{"role": "user", "content": task.prompt}],
-                    "task_json": task_column(task), "task_id": task.task_id, "domain": domain})
     return out
+
+
+def mixed_rows(tasks: dict[str, list[Task]], mix: dict[str, float], rows: int,
+               seed: int) -> list[dict[str, Any]]:
+    """TRL's dataset rows, in `draw_order`."""
+    return [{"prompt": [{"role": "user", "content": task.prompt}],
+             "task_json": task_column(task), "task_id": task.task_id, "domain": domain}
+            for domain, task in draw_order(tasks, mix, rows, seed)]
 
 
 def stamp(reward: JudgeReward) -> dict[str, float]:
