@@ -1,7 +1,7 @@
 """Benchmark: whetstone head to head with TRL's GRPOTrainer, every figure from this run's own files.
 
     PYTHONPATH=. python bench/vs_trl/vs_trl.py --seeds 1 2 3 \\
-        [--protocol short|full|smoke|short_as_trl|short_lean_mb2|short_lean_as_trl] [--trl-minibatches N] \\
+        [--protocol <a name of PROTOCOLS>] [--trl-minibatches N] \\
         --out-dir bench/vs_trl/results/<label>
 
 Per seed: fix one training task list (gated as the sampler gates it, sha256 recorded) that
@@ -40,7 +40,8 @@ from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
 PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.toml",
              "smoke": HERE / "smoke.toml", "short_as_trl": HERE / "short_as_trl.toml",
              "short_lean_mb2": HERE / "short_lean_mb2.toml",
-             "short_lean_as_trl": HERE / "short_lean_as_trl.toml"}
+             "short_lean_as_trl": HERE / "short_lean_as_trl.toml",
+             "short_lean_as_trl_fp32": HERE / "short_lean_as_trl_fp32.toml"}
 "Each protocol's config."
 
 
