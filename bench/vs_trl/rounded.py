@@ -1,9 +1,8 @@
 """Benchmark: does TRL's final policy keep its lead over whetstone's once rounded to bf16?
 
 Whetstone's learner computes with, publishes and exports the bf16 rounding of its float32
-master weights (the module: policy/export.py). TRL keeps float32 weights. At lr 3e-5 and 8
-updates most weights move less than half a bf16 step, so the two sides may differ by what
-bf16 can hold rather than by what they learned. Consumes seed folders of `vs_trl.py`
+master weights (the module: policy/export.py). TRL keeps float32 weights. If what TRL learned
+lay below bf16's step, its rounded policy would lose its lead. Consumes seed folders of `vs_trl.py`
 (`--work-dir`/seed-<n>: config.json, trl/model, eval-trl.json, eval-whetstone.json); writes
 TRL's policy rounded to bf16 beside it (trl/model-bf16), evaluates it with the bench's own
 evaluation (`vs_trl_eval`, a process of its own) and produces JSON: per seed, the share of
@@ -41,8 +40,10 @@ def round_model(src: Path, dst: Path) -> None:
 
 
 def moved_share(seed_dir: Path) -> dict[str, float]:
-    """Share of weights whose bf16 value differs from the initial weights' (which SmolLM2
-    ships in bf16): TRL's rounded policy and whetstone's exported one."""
+    """Share of weights whose bf16 value differs from the initial weights' rounding: TRL's
+    rounded policy and whetstone's exported one. Not a step size: SmolLM2 ships float32
+    weights, so TRL's start inside bf16 cells (a small move can cross a rounding boundary),
+    whetstone's learner from their rounding (a move must reach half a step)."""
     import torch
     from safetensors.torch import load_file
 
