@@ -49,7 +49,7 @@ def rejudged(v: Verdict, weights: RewardConfig) -> tuple[str, float, str]:
     return v.outcome, float(v.reward), "unchanged"
 
 
-async def eval_verdicts(url: str) -> list[Verdict]:
+async def _verdicts(url: str) -> list[Verdict]:
     import nats
 
     nc = await nats.connect(url)
@@ -62,12 +62,23 @@ async def eval_verdicts(url: str) -> list[Verdict]:
                 msg = await js.get_msg(subjects.STREAM_VERDICTS, seq)
             except Exception:  # noqa: BLE001 - a deleted sequence
                 continue
-            v = decode(msg.data, Verdict)
-            if v.attempt.purpose == "eval" and v.reward is not None:
-                out.append(v)
+            out.append(decode(msg.data, Verdict))
         return out
     finally:
         await nc.close()
+
+
+def stored_verdicts(store: Path) -> list[Verdict]:
+    """Every verdict in a run's JetStream store (`<run>/nats/jetstream`), read from a copy
+    through a private nats-server; the run is left untouched."""
+    with tempfile.TemporaryDirectory(prefix="verdicts-") as tmp:
+        shutil.copytree(store, Path(tmp) / "jetstream")
+        server = EmbeddedServer(Path(tmp))
+        url = server.start()
+        try:
+            return asyncio.run(_verdicts(url))
+        finally:
+            server.stop()
 
 
 def summary(verdicts: list[Verdict], weights: RewardConfig) -> dict:
@@ -100,14 +111,8 @@ def main() -> None:
     if not store.is_dir():
         sys.exit(f"rejudge_rounds: {store} is missing: the run's JetStream store is needed "
                  "(runs keep it under nats/jetstream)")
-    with tempfile.TemporaryDirectory(prefix="rejudge-") as tmp:
-        shutil.copytree(store, Path(tmp) / "jetstream")
-        server = EmbeddedServer(Path(tmp))
-        url = server.start()
-        try:
-            verdicts = asyncio.run(eval_verdicts(url))
-        finally:
-            server.stop()
+    verdicts = [v for v in stored_verdicts(store)
+                if v.attempt.purpose == "eval" and v.reward is not None]
     where = args.run_dir.resolve()
     shown = where.relative_to(ROOT) if where.is_relative_to(ROOT) else where
     out = f" --out {args.out}" if args.out else ""

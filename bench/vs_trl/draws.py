@@ -15,22 +15,16 @@ row's domain by a weighted coin, and draws.py at 1596889 rebuilds those).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import re
-import shutil
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bus import subjects  # noqa: E402
-from bus.codec import decode  # noqa: E402
-from bus.messages import Verdict  # noqa: E402
-from runtime.broker.embedded import EmbeddedServer  # noqa: E402
+from bench.learning.rejudge_rounds import stored_verdicts  # noqa: E402
 
 _RUNG = re.compile(r"-L(\d+)-")
 
@@ -49,40 +43,17 @@ def tally(groups: list[str]) -> dict:
             "distinct_by_stratum": dict(sorted(Counter(stratum(t) for t in set(groups)).items()))}
 
 
-async def training_groups(url: str) -> dict[str, tuple[str, str]]:
-    """Every judged training group in a run's store: its (task id, domain)."""
-    import nats
-
-    nc = await nats.connect(url)
-    try:
-        js = nc.jetstream()
-        info = await js.stream_info(subjects.STREAM_VERDICTS)
-        seen: dict[str, tuple[str, str]] = {}
-        for seq in range(info.state.first_seq, info.state.last_seq + 1):
-            try:
-                msg = await js.get_msg(subjects.STREAM_VERDICTS, seq)
-            except Exception:  # noqa: BLE001 - a deleted sequence
-                continue
-            attempt = decode(msg.data, Verdict).attempt
-            if attempt.purpose == "train":
-                seen.setdefault(attempt.group_id, (attempt.task.task_id, attempt.task.domain))
-        return seen
-    finally:
-        await nc.close()
-
-
 def whetstone_groups(seed_dir: Path) -> dict[str, tuple[str, str]]:
+    """Every judged training group of the seed's whetstone run: its (task id, domain)."""
     stores = sorted(seed_dir.glob("runs/*/nats/jetstream"))
     if not stores:
         sys.exit(f"draws: no run store under {seed_dir}/runs/*/nats/jetstream")
-    with tempfile.TemporaryDirectory(prefix="draws-") as tmp:
-        shutil.copytree(stores[-1], Path(tmp) / "jetstream")
-        server = EmbeddedServer(Path(tmp))
-        url = server.start()
-        try:
-            return asyncio.run(training_groups(url))
-        finally:
-            server.stop()
+    seen: dict[str, tuple[str, str]] = {}
+    for verdict in stored_verdicts(stores[-1]):
+        attempt = verdict.attempt
+        if attempt.purpose == "train":
+            seen.setdefault(attempt.group_id, (attempt.task.task_id, attempt.task.domain))
+    return seen
 
 
 def trl_rows(seed_dir: Path, ids: list[str], domains: dict[str, str]) -> list[str]:
