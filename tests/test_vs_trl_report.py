@@ -101,6 +101,63 @@ def test_trl_minibatches_change_trl_config_alone(tmp_path):
     assert json.loads(config.read_text()) == values
 
 
+def test_whetstone_updates_change_whetstone_config_alone_and_keep_trl_s_count(tmp_path):
+    """`--whetstone-updates N` gives whetstone's side a config with N updates whose checkpoints
+    fall on TRL's update count and keep it to the end; the seed's config is untouched."""
+    from bench.vs_trl.vs_trl import checkpoint_interval, whetstone_config
+
+    assert [checkpoint_interval(n, 5) for n in (8, 1, 3, 12)] == [4, 1, 3, 4]
+    config = tmp_path / "config.json"
+    values = {"learner": {"checkpoint_every": 5, "keep_checkpoints": 2, "lr": 3e-5},
+              "training": {"max_steps": 8}}
+    config.write_text(json.dumps(values))
+    got = json.loads(whetstone_config(config, 12).read_text())
+    assert got == {"learner": {"checkpoint_every": 4, "keep_checkpoints": 2, "lr": 3e-5},
+                   "training": {"max_steps": 12}}  # kept at the end: steps 8 and 12
+    longer = json.loads(whetstone_config(config, 20).read_text())
+    assert longer["learner"]["keep_checkpoints"] == 4  # 8, 12, 16, 20
+    assert json.loads(config.read_text()) == values
+
+
+def _longer(at_reward: float, final: float, trl: float, checkpoint: str = "step00000008") -> dict:
+    """A seed record whose whetstone side trained 12 updates against TRL's 8."""
+    record = _record([], final=at_reward, trl=trl)
+    record["heldout"]["whetstone_final"] = {"t": [final, "fail"]}
+    record["whetstone"].update(final_version=12, updates=12, at_trl_updates={
+        "updates": 8, "checkpoint": checkpoint, "whole_run_cpu_s": 110.0})
+    return record
+
+
+def test_reach_of_a_longer_whetstone_run_takes_its_policy_at_trl_s_count_first():
+    """With whetstone trained past TRL's count, its policy at TRL's count reaching TRL's final
+    reward is charged that policy's whole-run CPU; else the final policy its whole run; else
+    not reached in its own updates."""
+    early = report.reach(_longer(at_reward=0.5, final=0.6, trl=0.45))
+    assert (early["whetstone_cpu_s"], early["ratio"]) == (110.0, 1.1) and "version 8" in early["by"]
+    late = report.reach(_longer(at_reward=0.4, final=0.5, trl=0.45))
+    assert late["whetstone_cpu_s"] == 150.0 and late["intermediate_rounds"] == [8]
+    never = report.reach(_longer(at_reward=0.4, final=0.4, trl=0.45))
+    assert never["by"] == "not reached in 12 updates"
+
+
+def test_checks_of_a_longer_run_count_whetstone_s_own_updates_and_its_compared_checkpoint():
+    """Updates and samples are checked against each side's own count, and the compared
+    whetstone policy must be TRL's count's checkpoint."""
+    def record(checkpoint: str) -> dict:
+        r = _longer(0.5, 0.6, 0.45, checkpoint)
+        r.update(settings={"updates": 8, "whetstone_updates": 12, "batch_size": 32},
+                 train_tasks={"sha256": "h", "count": 2},
+                 heldout_tasks={"same_for_every_policy": True})
+        r["trl"].update(tasks={"sha256": "h"}, updates=8, samples={"consumed": 256})
+        r["whetstone"].update(pool={"a": 2}, trained_outside_list=[],
+                              model_checkpoint="step00000012", samples={"consumed": 384})
+        return r
+
+    assert all(report.checks(record("step00000008")).values())
+    assert report.checks(record("step00000012")) == {
+        **report.checks(record("step00000008")), "whetstone_compared_at_trl_updates": False}
+
+
 def test_between_seeds_takes_each_seed_as_one_unit():
     """Per seed the whetstone - TRL mean reward and passes; their mean with a t interval over
     seeds (4.303 for three), none for one seed."""

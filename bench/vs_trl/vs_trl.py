@@ -14,6 +14,10 @@ clocks: whole run and training only, samples, updates, each held-out task's resu
 `short_lean_mb2.toml`, `short_as_trl.toml` and `smoke.toml` beside this file; `full` is
 configs/default.toml. `--trl-minibatches` sets TRL's optimizer steps per batch apart from
 whetstone's (the protocol's `learner.minibatches`): each side at its own setting.
+`--whetstone-updates N` (more than the protocol's updates) lets whetstone train on past TRL's
+update count in the same run: its policy at TRL's count (a kept checkpoint, exported) is the
+one compared at equal samples, its final policy the one its whole-run clock and the reach of
+TRL's final reward count.
 """
 
 from __future__ import annotations
@@ -136,6 +140,20 @@ def side_clocks(run: ChildRun, sandbox_cpu_s: float, evaluation: dict, training:
             "whole_run": {k: round(process[k] + evaluation[k], 1) for k in ("wall_s", "cpu_s")}}
 
 
+def at_updates(curve: list[dict], n: int, tag: str, clocks: dict, evaluation: dict) -> dict:
+    """Whetstone's policy at TRL's update count `n`, in a run that went on: its checkpoint,
+    the stack's CPU when step `n` was recorded, the run's CPU after its last step's stamp
+    (its stop, which a run ending at `n` would also spend, and every sandboxed job's CPU,
+    which the stack's stamps leave out: for step `n`, an overcount by the later steps' jobs),
+    the evaluation of that policy, and their sum: the whole-run CPU charged to that policy."""
+    at = next(p for p in curve if p["step"] == n)
+    tail = round(max(clocks["process"]["cpu_s"] - curve[-1]["cpu_s"], 0.0), 1)
+    return {"updates": n, "checkpoint": tag, "stack_cpu_s": at["cpu_s"],
+            "after_last_step_cpu_s": tail,
+            "evaluation": evaluation,
+            "whole_run_cpu_s": round(at["cpu_s"] + tail + evaluation["cpu_s"], 1)}
+
+
 def prepare(cfg, work: Path) -> tuple[dict, dict[str, list[str]], Path]:
     """Fix the training task list and gate the held-out tasks (so neither side nor any
     evaluation pays for those gates); write the config both sides run. The list's record,
@@ -176,13 +194,51 @@ def trl_config(config: Path, minibatches: int) -> Path:
     return path
 
 
+def checkpoint_interval(updates: int, protocol_every: int) -> int:
+    """The largest divisor of `updates` not above the protocol's checkpoint interval: a
+    checkpoint then falls at `updates`, and saves come about as often as the protocol's."""
+    return max(d for d in range(1, max(1, min(updates, protocol_every)) + 1) if updates % d == 0)
+
+
+def whetstone_config(config: Path, updates: int) -> Path:
+    """The config whetstone's side runs for `updates` updates, more than the protocol's: it
+    keeps a checkpoint at the protocol's update count (`checkpoint_interval`, the last two
+    kept), so that policy can be exported and compared at equal samples."""
+    values = json.loads(config.read_text())
+    n, learner = values["training"]["max_steps"], values["learner"]
+    values["training"]["max_steps"] = updates
+    learner["checkpoint_every"] = checkpoint_interval(n, learner.get("checkpoint_every", n))
+    learner["keep_checkpoints"] = max(learner.get("keep_checkpoints", 2),
+                                      -(-(updates - n) // learner["checkpoint_every"]) + 1)
+    path = config.with_name("config-whetstone.json")
+    path.write_text(json.dumps(values, indent=1))
+    return path
+
+
+def export_version(run_dir: Path, version: int, out: Path, log: Path) -> str:
+    """Write the run's kept checkpoint of `version` as a model folder (`whet export-model`);
+    its checkpoint tag."""
+    from policy.export import kept, pick
+
+    tag = pick(kept(run_dir / "checkpoints"), version).tag
+    run_child(f"export of whetstone's version {version}",
+              ["-m", "runtime.cli", "export-model", str(run_dir), "--version", str(version),
+               "--out", str(out)], log)
+    return tag
+
+
 def run_seed(protocol: str, seed: int, work: Path, threads: int,
-             trl_minibatches: int = 0) -> dict:
-    """Both sides and the three evaluations for one seed; the seed's record."""
+             trl_minibatches: int = 0, whetstone_updates: int = 0) -> dict:
+    """Both sides and the evaluations for one seed (the initial weights, TRL's final policy,
+    whetstone's at TRL's update count and, when it trained longer, its final one); the
+    seed's record."""
     cfg = seed_config(PROTOCOLS[protocol], seed, work / "runs")
     listing, heldout, config = prepare(cfg, work)
+    n = cfg.training.max_steps
+    longer = whetstone_updates > n
     settings = {**shared_settings(cfg),
-                "trl_minibatches": trl_minibatches or cfg.learner.minibatches}
+                "trl_minibatches": trl_minibatches or cfg.learner.minibatches,
+                "whetstone_updates": whetstone_updates if longer else n}
     print(f"seed {seed}: {listing['count']} training tasks, sha256 {listing['sha256'][:16]}",
           flush=True)
     trl_run = run_child("TRL", ["-m", "bench.vs_trl.vs_trl_grpo",
@@ -190,14 +246,25 @@ def run_seed(protocol: str, seed: int, work: Path, threads: int,
                                 "--out-dir", str(work / "trl"), "--threads", str(threads)],
                         work / "trl.log")
     trl = json.loads((work / "trl" / "trl.json").read_text())
-    whet_run = run_child("whetstone", ["-m", "runtime.cli", "up", "--config", str(config)],
+    whet_config = whetstone_config(config, whetstone_updates) if longer else config
+    whet_run = run_child("whetstone", ["-m", "runtime.cli", "up", "--config", str(whet_config)],
                          work / "whetstone.log")
     run_dir = (work / "runs" / "latest").resolve()
-    evals = evaluate_all(config, {"initial": "", "trl": str(work / "trl" / "model"),
-                                  "whetstone": str(run_dir / "model")}, work, threads)
+    models = {"initial": "", "trl": str(work / "trl" / "model"),
+              "whetstone": str(run_dir / "model")}
+    if longer:
+        at_n = work / f"whetstone-v{n}"
+        tag = export_version(run_dir, n, at_n, work / "export.log")
+        models.update(whetstone=str(at_n), whetstone_final=str(run_dir / "model"))
+    evals = evaluate_all(config, models, work, threads)
     heldout_ids = sorted(t for ts in heldout.values() for t in ts)
     whet = whetstone_side(run_dir, set(listing["ids"]), set(heldout_ids))
     shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # gigabytes; model/ stays
+    final_eval = evals["whetstone_final" if longer else "whetstone"]["clocks"]
+    whet_clocks = side_clocks(whet_run, whet["sandbox_cpu_s"], final_eval, whet["training"])
+    if longer:
+        whet["at_trl_updates"] = at_updates(whet["curve"], n, tag, whet_clocks,
+                                            evals["whetstone"]["clocks"])
     return {
         "seed": seed, "protocol": protocol, "config": str(PROTOCOLS[protocol].relative_to(ROOT)),
         "settings": settings, "train_tasks": listing,
@@ -206,8 +273,8 @@ def run_seed(protocol: str, seed: int, work: Path, threads: int,
                               e["tasks"] == heldout for e in evals.values())},
         "trl": {**{k: trl[k] for k in TRL_KEPT}, "clocks": side_clocks(
             trl_run, trl["sandbox_cpu_s"], evals["trl"]["clocks"], trl["training"])},
-        "whetstone": {**{k: whet[k] for k in WHETSTONE_KEPT}, "clocks": side_clocks(
-            whet_run, whet["sandbox_cpu_s"], evals["whetstone"]["clocks"], whet["training"])},
+        "whetstone": {**{k: whet[k] for k in WHETSTONE_KEPT}, "clocks": whet_clocks,
+                      **({"at_trl_updates": whet["at_trl_updates"]} if longer else {})},
         "initial_evaluation": evals["initial"]["clocks"],
         "heldout": {label: e["per_task"] for label, e in evals.items()},
     }
@@ -232,7 +299,7 @@ def main(args: argparse.Namespace) -> int:
     for seed in args.seeds:
         try:
             record = run_seed(args.protocol, seed, work / f"seed-{seed}", args.threads,
-                              args.trl_minibatches)
+                              args.trl_minibatches, args.whetstone_updates)
         except ChildFailed as exc:
             print(f"vs_trl: seed {seed}: {exc}", file=sys.stderr)
             return 1
@@ -254,6 +321,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work-dir", default="", help="runs, models and logs (default: a temp dir)")
     p.add_argument("--trl-minibatches", type=int, default=0,
                    help="TRL's optimizer steps per batch (default: the protocol's, as whetstone)")
+    p.add_argument("--whetstone-updates", type=int, default=0,
+                   help="whetstone trains this many updates, more than the protocol's (TRL's); "
+                        "its policy at TRL's count is compared at equal samples (default: as TRL)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                    help="torch threads of the TRL process and of each evaluation")
     return p.parse_args(argv)

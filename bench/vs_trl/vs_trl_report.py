@@ -62,12 +62,17 @@ def paired(before: Results, after: Results) -> dict:
 
 
 def comparisons(heldout: dict[str, Results]) -> dict:
-    """Each policy's held-out figures and the three paired comparisons."""
-    return {"policies": {label: {"reward": mean_reward(r), "pass_rate": pass_rate(r), "tasks": len(r)}
-                         for label, r in heldout.items()},
-            "whetstone_vs_trl": paired(heldout["trl"], heldout["whetstone"]),
-            "trl_vs_initial": paired(heldout["initial"], heldout["trl"]),
-            "whetstone_vs_initial": paired(heldout["initial"], heldout["whetstone"])}
+    """Each policy's held-out figures and the paired comparisons: whetstone (at TRL's update
+    count) against TRL, each against the initial weights, and whetstone's final policy
+    against TRL when it trained longer (`whetstone_final`)."""
+    out = {"policies": {label: {"reward": mean_reward(r), "pass_rate": pass_rate(r), "tasks": len(r)}
+                        for label, r in heldout.items()},
+           "whetstone_vs_trl": paired(heldout["trl"], heldout["whetstone"]),
+           "trl_vs_initial": paired(heldout["initial"], heldout["trl"]),
+           "whetstone_vs_initial": paired(heldout["initial"], heldout["whetstone"])}
+    if "whetstone_final" in heldout:
+        out["whetstone_final_vs_trl"] = paired(heldout["trl"], heldout["whetstone_final"])
+    return out
 
 
 def ratio(whet: float | None, trl: float | None) -> float | None:
@@ -98,12 +103,20 @@ def reach(record: dict) -> dict:
     whet, trl_cpu = record["whetstone"], record["trl"]["clocks"]["whole_run"]["cpu_s"]
     rounds = sorted((r for r in whet["rounds"] if r["reward"] is not None), key=lambda r: r["cpu_s"])
     hit = next((r for r in rounds if target is not None and r["reward"] >= target), None)
-    final = mean_reward(record["heldout"]["whetstone"])
+    at = whet.get("at_trl_updates")
+    final = mean_reward(record["heldout"]["whetstone_final" if at else "whetstone"])
+    at_reward = mean_reward(record["heldout"]["whetstone"]) if at else None
     between = [r["version"] for r in rounds if 0 < r["version"] < whet["final_version"]]
+    between = sorted(set(between + ([at["updates"]] if at else [])))
     out = {"trl_final_reward": target, "trl_whole_run_cpu_s": trl_cpu, "whetstone_cpu_s": None,
            "by": None, "ratio": None, "intermediate_rounds": between}
-    if hit is not None:
+    if hit is not None and not (at and at_reward is not None and at_reward >= target
+                                and at["whole_run_cpu_s"] < hit["cpu_s"]):
         out.update(whetstone_cpu_s=hit["cpu_s"], by=f"whetstone's own round at version {hit['version']}")
+    elif at and at_reward is not None and target is not None and at_reward >= target:
+        out.update(whetstone_cpu_s=at["whole_run_cpu_s"],
+                   by=f"its policy at version {at['updates']} (TRL's updates; the stack's CPU "
+                      "then, the run's CPU after its last step and that policy's evaluation)")
     elif final is not None and target is not None and final >= target:
         out.update(whetstone_cpu_s=whet["clocks"]["whole_run"]["cpu_s"],
                    by="its final policy (this bench's evaluation)"
@@ -117,17 +130,27 @@ def reach(record: dict) -> dict:
 
 def checks(record: dict) -> dict:
     """Whether both sides had the same tasks, updates, samples and held-out tasks, and
-    whetstone's evaluated policy is its last update's."""
+    whetstone's final policy is its last update's. When whetstone trained longer
+    (`settings.whetstone_updates`), its updates and samples are checked against that count,
+    and `whetstone_compared_at_trl_updates` that its compared policy is TRL's count's."""
     trl, whet, listing = record["trl"], record["whetstone"], record["train_tasks"]
     n = record["settings"]["updates"]
-    return {"train_tasks_trl": trl["tasks"]["sha256"] == listing["sha256"],
-            "train_tasks_whetstone": (sum((whet["pool"] or {}).values()) == listing["count"]
-                                      and not whet["trained_outside_list"]),
-            "updates": trl["updates"] == whet["updates"] == whet["final_version"] == n,
-            "whetstone_final_policy_is_last_update": whet["model_checkpoint"] == f"step{n:08d}",
-            "samples": (trl["samples"]["consumed"] == whet["samples"]["consumed"]
-                        == n * record["settings"]["batch_size"]),
-            "heldout_tasks": record["heldout_tasks"]["same_for_every_policy"]}
+    longer = record["settings"].get("whetstone_updates", n)
+    at = whet.get("at_trl_updates")
+    batch = record["settings"]["batch_size"]
+    out = {"train_tasks_trl": trl["tasks"]["sha256"] == listing["sha256"],
+           "train_tasks_whetstone": (sum((whet["pool"] or {}).values()) == listing["count"]
+                                     and not whet["trained_outside_list"]),
+           "updates": (trl["updates"] == n
+                       and whet["updates"] == whet["final_version"] == longer),
+           "whetstone_final_policy_is_last_update": whet["model_checkpoint"] == f"step{longer:08d}",
+           "samples": (trl["samples"]["consumed"] == n * batch
+                       and whet["samples"]["consumed"] == longer * batch),
+           "heldout_tasks": record["heldout_tasks"]["same_for_every_policy"]}
+    if longer != n or at is not None:
+        out["whetstone_compared_at_trl_updates"] = (at is not None
+                                                    and at["checkpoint"] == f"step{n:08d}")
+    return out
 
 
 KINDS = ("pass", "partial", "no_test_passed", "does_not_compile", "unscored")
@@ -218,9 +241,11 @@ def between_seeds(records: list[dict]) -> dict:
 def pooled(records: list[dict]) -> dict:
     """Every seed's held-out tasks paired together (a task of seed s is `s:task`), clocks
     summed over seeds."""
+    labels = ["initial", "trl", "whetstone"]
+    labels += ["whetstone_final"] if all("whetstone_final" in r["heldout"] for r in records) else []
     heldout = {label: {f"{r['seed']}:{t}": v for r in records
                        for t, v in r["heldout"][label].items()}
-               for label in ("initial", "trl", "whetstone")}
+               for label in labels}
     return {"seeds": [r["seed"] for r in records], **comparisons(heldout),
             "answers": {label: answer_kinds(results) for label, results in heldout.items()},
             "by_stratum": by_stratum(heldout),
@@ -248,6 +273,14 @@ def summary(report: dict) -> list[str]:
             f"{c['training.wall_s']}",
             f"whole-run CPU to reach TRL's final reward, whetstone/TRL per seed: "
             f"{p['reach_ratios']}",
+            *([f"whetstone trained {report['per_seed'][0]['updates']['whetstone']} updates "
+               f"against TRL's {report['per_seed'][0]['updates']['trl']}: the comparisons above "
+               f"take its policy at TRL's count; its final policy against TRL: "
+               f"+{p['whetstone_final_vs_trl']['gained']}/-{p['whetstone_final_vs_trl']['lost']} "
+               f"passes (p {p['whetstone_final_vs_trl']['sign_test_p']}), reward "
+               f"{p['whetstone_final_vs_trl'].get('reward_diff')} "
+               f"(95% {p['whetstone_final_vs_trl'].get('interval95')}); its clocks count its "
+               "whole run"] if "whetstone_final_vs_trl" in p else []),
             f"held-out answers by kind: {p['answers']}",
             f"same tasks, updates, samples, held-out set: {p['checks']}"]
 
@@ -274,6 +307,14 @@ NOTES = [
 ]
 "How the figures were measured."
 
+LONGER_NOTE = (
+    "With --whetstone-updates, whetstone trains on past TRL's update count in the same run: "
+    "'whetstone' is then its policy at TRL's count (a kept checkpoint, exported), compared at "
+    "equal samples; 'whetstone_final' its last policy, whose evaluation its whole-run clock "
+    "counts. Reaching TRL's final reward with the policy at TRL's count is charged the stack's "
+    "CPU at that step, the run's CPU after its last step and that policy's evaluation.")
+"The note of a report whose whetstone side trained longer than TRL's."
+
 
 def build(out_dir: Path) -> dict:
     """The report of the seed files in `out_dir`."""
@@ -288,7 +329,8 @@ def build(out_dir: Path) -> dict:
     report = {"protocol": records[0]["protocol"], "files": [p.name for p in paths],
               "per_seed": [seed_report(r) for r in records], "pooled": pooled(records)}
     report["summary"] = summary(report)
-    report["notes"] = NOTES
+    report["notes"] = NOTES + ([LONGER_NOTE] if any(
+        "at_trl_updates" in r["whetstone"] for r in records) else [])
     return report
 
 
