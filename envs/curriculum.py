@@ -105,8 +105,7 @@ class Curriculum:
 
     def __init__(self, config: SamplerConfig, mix: dict[str, float]) -> None:
         self.config = config
-        self.mix = {d: w for d, w in mix.items() if w > 0}
-        self.draw = MixDraw(self.mix)
+        self.draw = MixDraw(mix)
         self.ids: list[str] = []
         self.index: dict[str, int] = {}
         self.domain: list[str] = []
@@ -123,6 +122,11 @@ class Curriculum:
         self.band_weight = {"unmeasured": config.unmeasured_weight, "in_band": 1.0,
                             "solved": config.out_of_band_weight,
                             "unsolved": config.out_of_band_weight}
+
+    @property
+    def mix(self) -> dict[str, float]:
+        """The domains practised and their mix ratios (above 0): the draw's."""
+        return self.draw.mix
 
     # --- pool --------------------------------------------------------------------------
 
