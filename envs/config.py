@@ -139,6 +139,11 @@ class SamplerConfig(Section):
     "Attempts measured at the frontier since it last moved before it may move again."
     replay_share: Share = 0.1
     "Share of assignments replaying easy tasks (below the frontier, or solved) against forgetting."
+    without_replacement: bool = False
+    ("A task drawn rests until every task of its domain and rung has been drawn (a pass, as "
+     "TRL's sampler goes through its dataset); the band then orders the draws of a pass "
+     "instead of drawing in-band tasks again and again. Replay still repeats easy tasks. "
+     "Off: in bench/vs_trl's 40-task pools one task made 6 of 40 groups.")
     rate_memory: Share = 0.7
     "Weight old attempts keep each time a task is measured again (pass rates follow the policy)."
     max_batch: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64

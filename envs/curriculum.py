@@ -101,7 +101,10 @@ class Curriculum:
       `promote_at`, down when it falls under `demote_at`.
     - Mix: domains follow their `mix` ratio exactly (`MixDraw`); a domain without one is never
       practised.
-    - Replay: `replay_share` of choices go to easy tasks (rungs below the frontier, or solved)."""
+    - Replay: `replay_share` of choices go to easy tasks (rungs below the frontier, or solved).
+    - Without replacement (`without_replacement`): a task drawn by band rests (out of its
+      bucket, in `resting`) until no task of its domain and rung is left to draw; then they
+      all return. Resting is not saved: a restart begins a new pass."""
 
     def __init__(self, config: SamplerConfig, mix: dict[str, float]) -> None:
         self.config = config
@@ -114,6 +117,9 @@ class Curriculum:
         self.passes: list[float] = []
         self.last_group: list[str] = []
         self.band: list[str] = []
+        self.resting: dict[tuple[str, int], list[int]] = {}
+        "Tasks drawn in the current pass of their (domain, rung), out of their buckets."
+        self.rests: list[bool] = []
         self.buckets: dict[tuple[str, int, str], Bucket] = {}
         self.rungs: dict[str, list[int]] = {}
         self.frontiers: dict[str, Frontier] = {}
@@ -145,6 +151,7 @@ class Curriculum:
         self.passes.append(0.0)
         self.last_group.append("")
         self.band.append("unmeasured")
+        self.rests.append(False)
         self._bucket(domain, rung, "unmeasured").add(i)
         rungs = self.rungs.setdefault(domain, [])
         if rung not in rungs:
@@ -202,10 +209,10 @@ class Curriculum:
             band = "unsolved"
         else:
             band = "in_band"
-        if band != self.band[i]:
+        if band != self.band[i] and not self.rests[i]:
             self.buckets[(self.domain[i], self.rung[i], self.band[i])].remove(i)
             self._bucket(self.domain[i], self.rung[i], band).add(i)
-            self.band[i] = band
+        self.band[i] = band
 
     def _move_frontier(self, i: int, passed: bool) -> None:
         domain, rung = self.domain[i], self.rung[i]
@@ -241,11 +248,25 @@ class Curriculum:
                 return self.ids[picked]
         rung = self._ladder_rung(rng, domain)
         bands = [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
+        if not bands:  # every task of the rung was drawn in this pass: a new one begins
+            self._wake(domain, rung)
+            bands = [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
         weights = [self.band_weight[b] * len(self.buckets[(domain, rung, b)]) for b in bands]
         if not sum(weights):
             weights = [float(len(self.buckets[(domain, rung, b)])) for b in bands]
         band = _weighted(rng, bands, weights)
-        return self.ids[self.buckets[(domain, rung, band)].choice(rng)]
+        picked = self.buckets[(domain, rung, band)].choice(rng)
+        if self.config.without_replacement:
+            self.buckets[(domain, rung, band)].remove(picked)
+            self.rests[picked] = True
+            self.resting.setdefault((domain, rung), []).append(picked)
+        return self.ids[picked]
+
+    def _wake(self, domain: str, rung: int) -> None:
+        """Every resting task of (domain, rung) back in the bucket of its current band."""
+        for i in self.resting.pop((domain, rung), []):
+            self.rests[i] = False
+            self._bucket(domain, rung, self.band[i]).add(i)
 
     def _ladder_rung(self, rng: random.Random, domain: str) -> int:
         rungs = self.rungs[domain]
@@ -261,7 +282,8 @@ class Curriculum:
         return _weighted(rng, options, weights)
 
     def _has(self, domain: str, rung: int) -> bool:
-        return any(len(self.buckets.get((domain, rung, b), ())) for b in BANDS)
+        return (any(len(self.buckets.get((domain, rung, b), ())) for b in BANDS)
+                or bool(self.resting.get((domain, rung))))
 
     def _replay(self, rng: random.Random, domain: str) -> int | None:
         frontier = self.frontiers[domain].rung
@@ -269,8 +291,9 @@ class Curriculum:
         if below:
             rung = below[int(rng.random() * len(below))]
             bands = [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
-            band = _weighted(rng, bands, [len(self.buckets[(domain, rung, b)]) for b in bands])
-            return self.buckets[(domain, rung, band)].choice(rng)
+            if bands:  # none while all of the rung rest (without_replacement)
+                band = _weighted(rng, bands, [len(self.buckets[(domain, rung, b)]) for b in bands])
+                return self.buckets[(domain, rung, band)].choice(rng)
         solved = [k for k, b in self.buckets.items() if k[0] == domain and k[2] == "solved" and len(b)]
         if solved:
             return self.buckets[solved[int(rng.random() * len(solved))]].choice(rng)
@@ -284,6 +307,10 @@ class Curriculum:
         for (domain, _, band), bucket in self.buckets.items():
             key = f"{domain}.{band}"
             out[key] = out.get(key, 0.0) + len(bucket)
+        for (domain, _), resting in self.resting.items():
+            for i in resting:
+                key = f"{domain}.{self.band[i]}"
+                out[key] = out.get(key, 0.0) + 1
         for domain, f in self.frontiers.items():
             out[f"{domain}.frontier"] = float(f.rung)
         for (domain, rung), rate in self.rung_rates.items():

@@ -230,3 +230,45 @@ def test_rung_difficulty_is_graded_by_measured_pass_rate():
         c.record(f"python/3/{g % 5}", False, group_id=f"b{g}")
     gauges = c.gauges()
     assert gauges["python.L0.pass_rate"] > 0.9 and gauges["python.L3.pass_rate"] < 0.1
+
+
+def test_without_replacement_draws_every_task_of_a_rung_once_per_pass():
+    """without_replacement: 3 passes over a 10-task rung draw each task exactly 3 times, in
+    band order within a pass (in-band before solved), while a task measured meanwhile keeps
+    its new band; without it the same draws repeat in-band tasks."""
+    cfg = msgspec.structs.replace(CFG, without_replacement=True)
+    c = _pool(cfg, per=10)
+    for i in range(5):
+        _measure(c, f"python/0/{i}", 4)        # solved: weight 0.05
+    for i in range(5, 10):
+        _measure(c, f"python/0/{i}", 2)        # in the band
+    rng = random.Random(0)
+    passes = [[c.choose(rng) for _ in range(10)] for _ in range(3)]
+    for drawn in passes:
+        assert sorted(drawn) == sorted(f"python/0/{i}" for i in range(10))
+    assert sum(f"python/0/{i}" in passes[0][:5] for i in range(5, 10)) >= 4
+    assert c.gauges()["python.solved"] + c.gauges()["python.in_band"] == 10
+    for k in range(12):                        # resting or not: now unsolved
+        c.record("python/0/7", False, group_id=f"later-{k}")
+    drawn = [c.choose(rng) for _ in range(10)]
+    assert sorted(drawn) == sorted(f"python/0/{i}" for i in range(10))
+    assert c.band[c.index["python/0/7"]] == "unsolved"
+    plain = _pool(per=10)
+    for i in range(5):
+        _measure(plain, f"python/0/{i}", 4)
+    for i in range(5, 10):
+        _measure(plain, f"python/0/{i}", 2)
+    assert max(_counts(plain, n=30).values()) > 3
+
+
+def test_without_replacement_keeps_the_ladder_and_replay():
+    """Resting tasks still count for the ladder (a rung whose tasks all rest is not empty)
+    and replay never fails on a rung whose tasks all rest."""
+    cfg = msgspec.structs.replace(SamplerConfig(replay_share=0.5), without_replacement=True,
+                                  ladder_offsets=[-1, 0], ladder_weights=[0.5, 0.5])
+    c = _pool(cfg, rungs=(0, 1), per=3)
+    c.frontiers["python"].rung = 1
+    rng = random.Random(1)
+    drawn = collections.Counter(c.choose(rng) for _ in range(60))
+    assert set(drawn) == {f"python/{r}/{i}" for r in (0, 1) for i in range(3)}
+    assert c._has("python", 0) and c._has("python", 1)

@@ -95,6 +95,10 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # issue 22: four optimizer steps per batch (a group each), every one clipped against the
     # weights before the batch's first; against minibatches2
     "minibatches4": {"training": {"max_staleness": 1}, "learner": {"minibatches": 4}},
+    # issue 22: each task of a rung drawn once per pass (TRL's sampler goes through its
+    # dataset so), the band ordering a pass; in bench/vs_trl's 40-task pools the default's
+    # band drew one task for 6 of 40 groups (short_lean_mb2_trl1_reach10, seed 2)
+    "without_replacement": {"sampler": {"without_replacement": True}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
