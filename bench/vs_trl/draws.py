@@ -37,8 +37,10 @@ def stratum(task_id: str) -> str:
 
 
 def tally(groups: list[str]) -> dict:
-    """Groups per stratum and distinct tasks of a list of task ids (one per group)."""
+    """Groups per stratum, distinct tasks and the most groups of one task, of a list of task
+    ids (one per group)."""
     return {"groups": len(groups), "distinct_tasks": len(set(groups)),
+            "most_groups_of_one_task": max(Counter(groups).values(), default=0),
             "by_stratum": dict(sorted(Counter(stratum(t) for t in groups).items())),
             "distinct_by_stratum": dict(sorted(Counter(stratum(t) for t in set(groups)).items()))}
 
