@@ -117,9 +117,8 @@ class Curriculum:
         self.passes: list[float] = []
         self.last_group: list[str] = []
         self.band: list[str] = []
-        self.resting: dict[tuple[str, int], list[int]] = {}
+        self.resting: dict[tuple[str, int], set[int]] = {}
         "Tasks drawn in the current pass of their (domain, rung), out of their buckets."
-        self.rests: list[bool] = []
         self.buckets: dict[tuple[str, int, str], Bucket] = {}
         self.rungs: dict[str, list[int]] = {}
         self.frontiers: dict[str, Frontier] = {}
@@ -151,7 +150,6 @@ class Curriculum:
         self.passes.append(0.0)
         self.last_group.append("")
         self.band.append("unmeasured")
-        self.rests.append(False)
         self._bucket(domain, rung, "unmeasured").add(i)
         rungs = self.rungs.setdefault(domain, [])
         if rung not in rungs:
@@ -209,7 +207,7 @@ class Curriculum:
             band = "unsolved"
         else:
             band = "in_band"
-        if band != self.band[i] and not self.rests[i]:
+        if band != self.band[i] and i not in self.resting.get((self.domain[i], self.rung[i]), ()):
             self.buckets[(self.domain[i], self.rung[i], self.band[i])].remove(i)
             self._bucket(self.domain[i], self.rung[i], band).add(i)
         self.band[i] = band
@@ -247,10 +245,10 @@ class Curriculum:
             if picked is not None:
                 return self.ids[picked]
         rung = self._ladder_rung(rng, domain)
-        bands = [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
+        bands = self._filled(domain, rung)
         if not bands:  # every task of the rung was drawn in this pass: a new one begins
             self._wake(domain, rung)
-            bands = [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
+            bands = self._filled(domain, rung)
         weights = [self.band_weight[b] * len(self.buckets[(domain, rung, b)]) for b in bands]
         if not sum(weights):
             weights = [float(len(self.buckets[(domain, rung, b)])) for b in bands]
@@ -258,14 +256,12 @@ class Curriculum:
         picked = self.buckets[(domain, rung, band)].choice(rng)
         if self.config.without_replacement:
             self.buckets[(domain, rung, band)].remove(picked)
-            self.rests[picked] = True
-            self.resting.setdefault((domain, rung), []).append(picked)
+            self.resting.setdefault((domain, rung), set()).add(picked)
         return self.ids[picked]
 
     def _wake(self, domain: str, rung: int) -> None:
         """Every resting task of (domain, rung) back in the bucket of its current band."""
-        for i in self.resting.pop((domain, rung), []):
-            self.rests[i] = False
+        for i in self.resting.pop((domain, rung), ()):
             self._bucket(domain, rung, self.band[i]).add(i)
 
     def _ladder_rung(self, rng: random.Random, domain: str) -> int:
@@ -281,16 +277,19 @@ class Curriculum:
             return min(rungs, key=lambda r: abs(r - frontier))
         return _weighted(rng, options, weights)
 
+    def _filled(self, domain: str, rung: int) -> list[str]:
+        """The bands of (domain, rung) that hold a task to draw."""
+        return [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
+
     def _has(self, domain: str, rung: int) -> bool:
-        return (any(len(self.buckets.get((domain, rung, b), ())) for b in BANDS)
-                or bool(self.resting.get((domain, rung))))
+        return bool(self._filled(domain, rung) or self.resting.get((domain, rung)))
 
     def _replay(self, rng: random.Random, domain: str) -> int | None:
         frontier = self.frontiers[domain].rung
         below = [r for r in self.rungs[domain] if r < frontier]
         if below:
             rung = below[int(rng.random() * len(below))]
-            bands = [b for b in BANDS if len(self.buckets.get((domain, rung, b), ()))]
+            bands = self._filled(domain, rung)
             if bands:  # none while all of the rung rest (without_replacement)
                 band = _weighted(rng, bands, [len(self.buckets[(domain, rung, b)]) for b in bands])
                 return self.buckets[(domain, rung, band)].choice(rng)
