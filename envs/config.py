@@ -144,6 +144,11 @@ class SamplerConfig(Section):
      "TRL's sampler goes through its dataset); the band then orders the draws of a pass "
      "instead of drawing in-band tasks again and again. Replay still repeats easy tasks. "
      "Off: in bench/vs_trl's 40-task pools one task made 6 of 40 groups.")
+    pass_over: Literal["rung", "ladder"] = "rung"
+    ("What a pass of `without_replacement` covers. rung: every task of the drawn task's "
+     "domain and rung. ladder: every task of the rungs the ladder reaches from the domain's "
+     "frontier; a rung whose tasks all rest is skipped until the others are drawn, so a pass "
+     "practises each of those tasks once, whatever the ladder's weights.")
     rate_memory: Share = 0.7
     "Weight old attempts keep each time a task is measured again (pass rates follow the policy)."
     max_batch: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 64

@@ -104,7 +104,9 @@ class Curriculum:
     - Replay: `replay_share` of choices go to easy tasks (rungs below the frontier, or solved).
     - Without replacement (`without_replacement`): a task drawn by band rests (out of its
       bucket, in `resting`) until no task of its domain and rung is left to draw; then they
-      all return. Resting is not saved: a restart begins a new pass."""
+      all return. With `pass_over = "ladder"` the pass spans the rungs the ladder reaches:
+      the ladder draws only among those with tasks left, and they all return together.
+      Resting is not saved: a restart begins a new pass."""
 
     def __init__(self, config: SamplerConfig, mix: dict[str, float]) -> None:
         self.config = config
@@ -267,15 +269,19 @@ class Curriculum:
     def _ladder_rung(self, rng: random.Random, domain: str) -> int:
         rungs = self.rungs[domain]
         frontier = self.frontiers[domain].rung
-        options, weights = [], []
-        for offset, weight in zip(self.config.ladder_offsets, self.config.ladder_weights):
-            rung = frontier + offset
-            if weight > 0 and self._has(domain, rung):
-                options.append(rung)
-                weights.append(weight)
-        if not options:
+        reach = [(frontier + offset, weight) for offset, weight
+                 in zip(self.config.ladder_offsets, self.config.ladder_weights)
+                 if weight > 0 and self._has(domain, frontier + offset)]
+        if not reach:
             return min(rungs, key=lambda r: abs(r - frontier))
-        return _weighted(rng, options, weights)
+        if self.config.without_replacement and self.config.pass_over == "ladder":
+            left = [(rung, weight) for rung, weight in reach if self._filled(domain, rung)]
+            if not left:  # every task the ladder reaches was drawn: a new pass begins
+                for rung, _ in reach:
+                    self._wake(domain, rung)
+                left = reach
+            reach = left
+        return _weighted(rng, [r for r, _ in reach], [w for _, w in reach])
 
     def _filled(self, domain: str, rung: int) -> list[str]:
         """The bands of (domain, rung) that hold a task to draw."""

@@ -272,3 +272,21 @@ def test_without_replacement_keeps_the_ladder_and_replay():
     drawn = collections.Counter(c.choose(rng) for _ in range(60))
     assert set(drawn) == {f"python/{r}/{i}" for r in (0, 1) for i in range(3)}
     assert c._has("python", 0) and c._has("python", 1)
+
+
+def test_a_pass_over_the_ladder_draws_every_reached_task_once():
+    """pass_over = "ladder": with the frontier on rung 0 the ladder reaches rungs 0 and 1 at
+    weights 0.5 and 0.2, yet each pass of 10 draws holds each of their 10 tasks once; a rung
+    outside the ladder's reach (3) is never drawn. Per rung, the same draws repeat rung 0's
+    tasks within a pass (its pass ends sooner) and leave some rung-1 task out."""
+    cfg = msgspec.structs.replace(CFG, without_replacement=True, pass_over="ladder")
+    c = _pool(cfg, rungs=(0, 1, 3), per=5)
+    rng = random.Random(0)
+    reached = sorted(f"python/{r}/{i}" for r in (0, 1) for i in range(5))
+    for _ in range(4):
+        assert sorted(c.choose(rng) for _ in range(10)) == reached
+    per_rung = _pool(msgspec.structs.replace(cfg, pass_over="rung"), rungs=(0, 1, 3), per=5)
+    rng = random.Random(0)
+    passes = [collections.Counter(per_rung.choose(rng) for _ in range(10)) for _ in range(4)]
+    assert any(max(p.values()) > 1 for p in passes)
+    assert any(len(p) < 10 for p in passes)
