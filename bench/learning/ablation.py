@@ -99,6 +99,11 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # dataset so), the band ordering a pass; in bench/vs_trl's 40-task pools the default's
     # band drew one task for 6 of 40 groups (short_lean_mb2_trl1_reach10, seed 2)
     "without_replacement": {"sampler": {"without_replacement": True}},
+    # issue 22: a pass spans the rungs the ladder reaches, not one rung: with the frontier on
+    # rung 0 the ladder draws rung 1 for 2 in 7 tasks, so per rung a pass of rung 0 ends and
+    # repeats before rung 1's tasks are all drawn (bench/vs_trl: rung-1 tasks drawn, 4 of 11)
+    "without_replacement_ladder": {"sampler": {"without_replacement": True,
+                                               "pass_over": "ladder"}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
