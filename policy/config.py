@@ -48,6 +48,11 @@ class SamplingConfig(Section):
     include_stop: bool = False
     ("Keep the stop string at the end of the text (for a stop at a closing code fence, which "
      "the judge's format check needs); otherwise it is cut from the text.")
+    end_token_at_stop: bool = False
+    ("A turn ended by a stop string also gets the end-of-turn token as its last token, with "
+     "that token's log-probability at that point, so training teaches the model to close its "
+     "turn there (TRL's GRPOTrainer trains its pad token, SmolLM2's end token, after a stop "
+     "string). The text is unchanged. torch and fake engines only.")
     dtype: Literal["", "bfloat16", "float32"] = ""
     ("Weights dtype for this work ('' for the engine's `dtype`). float32 for held-out rounds "
      "keeps a greedy answer from depending on which other prompts share its batch: in bf16 "
@@ -97,6 +102,12 @@ class GeneratorConfig(Section):
     "Vocabulary size of the fake engine."
     vllm: VllmSettings = VllmSettings()
     "vLLM engine settings."
+
+    def __post_init__(self) -> None:
+        if self.engine == "vllm" and (self.sampling.end_token_at_stop
+                                      or self.eval_sampling.end_token_at_stop):
+            raise ValueError("sampling.end_token_at_stop is for the torch and fake engines: "
+                             "set it false, or engine = \"torch\"")
 
 
 LLAMA_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

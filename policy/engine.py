@@ -40,6 +40,8 @@ class RowSettings:
     "Weights dtype to sample with ('' for the engine's own); rows of one batch share it."
     pinned: int = -1
     "Sample from the copy pinned at this version (`Engine.pin`); -1: the live weights."
+    end_token_at_stop: bool = False
+    "A row ended by a stop string gets the end-of-turn token too (`SamplingConfig`)."
 
     @classmethod
     def of(cls, cfg: SamplingConfig, room: int | None = None,
@@ -47,7 +49,7 @@ class RowSettings:
         """Settings from config, with max_new_tokens cut to the `room` left in the context."""
         most = cfg.max_new_tokens if room is None else max(1, min(cfg.max_new_tokens, room))
         return cls(cfg.temperature, cfg.top_p, most, tuple(cfg.stop), cfg.include_stop,
-                   cfg.dtype, pinned)
+                   cfg.dtype, pinned, cfg.end_token_at_stop)
 
 
 def cut_at_stop(text: str, stops: Sequence[str], include: bool = False) -> str:

@@ -8,7 +8,9 @@ uniform logits. It loads no model and knows no bus.
 
 The logprob of a sampled token is taken from the distribution actually sampled: the
 softmax of logits / temperature, restricted to the top-p nucleus and renormalised. For a
-greedy row (temperature 0) it is the untempered model logprob of the argmax.
+greedy row (temperature 0) it is the untempered model logprob of the argmax. A row ended
+by a stop string with `end_token_at_stop` takes one more step: the end-of-turn token, not
+drawn but appended, with its logprob under the tempered softmax (no nucleus).
 """
 
 from __future__ import annotations
@@ -116,13 +118,22 @@ def sample_rows(forward: Forward, contexts: list[list[int]], settings: list[RowS
     index = list(range(rows))  # the result row of each batch row
     active = torch.ones(rows, dtype=torch.bool)  # by batch row
     last_pos = mask.sum(-1, keepdim=True) - 1
+    owed: set[int] = set()  # result rows ended by a stop string, owed the end token
     for step in range(max(s.max_new_tokens for s in settings)):
         tokens, logps = choose_tokens(logits, temperature, top_p, generator)
         tokens_cpu, logps_cpu = tokens.cpu().tolist(), logps.cpu().tolist()
         for b, r in enumerate(index):
-            if active[b]:
+            if not active[b]:
+                continue
+            if r in owed:
+                owed.discard(r)
+                _close(results[r], logits[b], float(temperature[b]), chat)
+            else:
                 _advance(results[r], settings[r], tokens_cpu[b], logps_cpu[b], chat)
-                active[b] = not results[r].finish_reason
+                if _owes_end(results[r], settings[r], chat):
+                    results[r].finish_reason = ""
+                    owed.add(r)
+            active[b] = not results[r].finish_reason
         if not active.any():
             break
         if select is not None and 4 * int(active.sum()) <= 3 * len(index):
@@ -153,6 +164,23 @@ def _advance(result: RowResult, setting: RowSettings, token: int, logp: float,
         result.finish_reason = "stop"
     elif len(result.token_ids) >= setting.max_new_tokens:
         result.finish_reason = "length"
+
+
+def _owes_end(result: RowResult, setting: RowSettings, chat: ChatFormat) -> bool:
+    """Whether a row just ended by a stop string takes the end token (it has room for it)."""
+    return (setting.end_token_at_stop and result.finish_reason == "stop"
+            and result.token_ids[-1] not in chat.end_ids
+            and len(result.token_ids) < setting.max_new_tokens)
+
+
+def _close(result: RowResult, logits: torch.Tensor, temperature: float,
+           chat: ChatFormat) -> None:
+    """Append the end-of-turn token with its logprob under the tempered softmax."""
+    end = min(chat.end_ids)
+    scaled = logits.float() / (temperature if temperature > 0 else 1.0)
+    result.token_ids.append(end)
+    result.logprobs.append(float(torch.log_softmax(scaled, dim=-1)[end]))
+    result.finish_reason = "stop"
 
 
 def _tail_tokens(setting: RowSettings) -> int:

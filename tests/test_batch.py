@@ -249,3 +249,39 @@ def test_a_stop_at_a_closing_fence_ends_the_turn_and_keeps_the_fence_when_asked(
                         [RowSettings(0.0, 1.0, 60, ("\n::\n",), include)], chat, pad_id=0)
     assert row.finish_reason == "stop" and row.text == text
     assert len(row.token_ids) == len("::py\nx 1\n::\n")
+
+
+def test_a_turn_ended_by_a_stop_string_takes_the_end_token_when_asked():
+    """end_token_at_stop: the row ended at the closing fence gets the end-of-turn id (0 in the
+    test format) as one more token, with its logprob under the model's softmax; the text is
+    the same. Without it, or when the stop fills the row's token limit, no token is added."""
+    from policy.chat import char_chat_format
+    from policy.engine import RowSettings
+    from policy.sampling import sample_rows
+
+    chat = char_chat_format(64)
+    script = "::py\nx 1\n::\nprose after the code"
+    fence = len("::py\nx 1\n::\n")
+    rows = {}
+    for end, limit in ((True, 60), (False, 60), (True, fence)):
+        [rows[end, limit]] = sample_rows(
+            scripted_forward(script, chat), [[1, 2]],
+            [RowSettings(0.0, 1.0, limit, ("\n::\n",), True, end_token_at_stop=end)], chat,
+            pad_id=0)
+    closed, plain, full = rows[True, 60], rows[False, 60], rows[True, fence]
+    assert closed.token_ids == plain.token_ids + [0] and closed.text == plain.text
+    assert closed.finish_reason == "stop" and chat.closes(closed.token_ids, "stop")
+    expected = float(torch.log_softmax(torch.tensor([10.0] + [-10.0] * 63), -1)[1])
+    assert closed.logprobs[-1] == pytest.approx(expected, abs=1e-4)  # 'p' is the argmax there
+    assert full.token_ids == plain.token_ids and not chat.closes(full.token_ids, "stop")
+
+
+def test_the_end_token_at_a_stop_is_refused_for_vllm_by_name():
+    """vLLM samples without the extra step: the config names the setting and the fix."""
+    import msgspec
+
+    from policy.config import GeneratorConfig
+
+    with pytest.raises(msgspec.ValidationError, match="end_token_at_stop.*engine = \"torch\""):
+        msgspec.convert({"engine": "vllm", "sampling": {"end_token_at_stop": True}},
+                        GeneratorConfig)
