@@ -104,6 +104,11 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # repeats before rung 1's tasks are all drawn (bench/vs_trl: rung-1 tasks drawn, 4 of 11)
     "without_replacement_ladder": {"sampler": {"without_replacement": True,
                                                "pass_over": "ladder"}},
+    # issue 22: a turn ended by the stop string (the closing fence) is trained with the end
+    # token after it, as TRL's GRPOTrainer trains its pad token (SmolLM2's end token) there;
+    # TRL's answers then shortened (bench/vs_trl: 64 to 18 tokens by step 8) and stopped
+    # ending at the stop string
+    "end_token_at_stop": {"generator": {"sampling": {"end_token_at_stop": True}}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "

@@ -47,7 +47,8 @@ PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.t
              "short_lean_as_trl": HERE / "short_lean_as_trl.toml",
              "short_lean_as_trl_fp32": HERE / "short_lean_as_trl_fp32.toml",
              "short_lean_mb2_once": HERE / "short_lean_mb2_once.toml",
-             "short_lean_mb2_ladder_pass": HERE / "short_lean_mb2_ladder_pass.toml"}
+             "short_lean_mb2_ladder_pass": HERE / "short_lean_mb2_ladder_pass.toml",
+             "short_lean_mb2_end_token": HERE / "short_lean_mb2_end_token.toml"}
 "Each protocol's config."
 
 
