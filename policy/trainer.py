@@ -90,9 +90,14 @@ class Trainer:
         model.train()
         self.pad_id = model.config.pad_token_id or 0
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
+        config = ds_config(self.lc, self.world)
+        exact = ({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+                 if self.lc.master_from_checkpoint and config["bf16"]["enabled"] else {})
         self.engine, *_ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
-            config=ds_config(self.lc, self.world))
+            config=config)
+        if exact:
+            _set_master(self.engine.module, exact)
         self.reference = None
         if self.lc.kl_coef > 0 and self.lc.lora is None:  # with LoRA: the adapters switched off
             self.reference = load_model(self.config.model,
@@ -337,3 +342,12 @@ class Trainer:
             state = self.engine.module.state_dict()
         return encode_parts(state, copy=copy) if self.rank == 0 else None
 
+
+def _set_master(module, exact: dict) -> None:
+    """Each trainable weight's float32 master copy set to its value in `exact` (the float32
+    checkpoint, by parameter name); the bf16 module keeps its rounding of it."""
+    from deepspeed.utils import safe_set_full_fp32_param
+
+    for name, param in module.named_parameters():
+        if name in exact:
+            safe_set_full_fp32_param(param, exact[name].to(param.device))

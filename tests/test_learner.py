@@ -411,3 +411,37 @@ async def test_loss_divisor_scales_the_gradient_of_a_step(tmp_path):
     assert norms["tokens"] > 0
     assert norms["batch_tokens"] == pytest.approx(norms["tokens"] / 4, rel=1e-3)
     assert norms["constant"] == pytest.approx(norms["tokens"] / 2, rel=1e-3)
+
+
+@pytest.mark.bus
+async def test_master_weights_start_from_the_float32_checkpoint_when_asked(tmp_path):
+    """bf16: DeepSpeed's master copy starts as the bf16 rounding of the tiny model's float32
+    weights (on the bf16 grid); with master_from_checkpoint it holds the float32 weights
+    themselves, while the bf16 module is the same rounding either way."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    from policy.model import load_model
+    from policy.ranks import RankGroup
+
+    exact = {n: p.detach().clone() for n, p in load_model(ModelConfig(name="tiny"),
+                                                           "float32").named_parameters()}
+    cfg = tiny_run_config(tmp_path)
+    seen = {}
+    for flag in (False, True):
+        lc = msgspec.structs.replace(cfg.learner, precision="bf16", lr=1e-6,
+                                     master_from_checkpoint=flag)
+        ranks = RankGroup(msgspec.structs.replace(cfg, learner=lc).trainer, tmp_path / str(flag))
+        await ranks.start()
+        try:
+            params = dict(ranks.trainer.engine.module.named_parameters())
+            seen[flag] = {n: (safe_get_full_fp32_param(p).detach().clone(),
+                              p.detach().clone()) for n, p in params.items()}
+        finally:
+            await ranks.close()
+    name = next(n for n in exact if exact[n].ndim == 2)
+    w = exact[name]
+    grid = w.to(torch.bfloat16)
+    (off_master, off_module), (on_master, on_module) = seen[False][name], seen[True][name]
+    assert torch.equal(off_master, grid.float()) and not torch.equal(off_master, w)
+    assert torch.equal(on_master, w)
+    assert torch.equal(on_module, grid) and torch.equal(off_module, grid)
