@@ -109,6 +109,11 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # TRL's answers then shortened (bench/vs_trl: 64 to 18 tokens by step 8) and stopped
     # ending at the stop string
     "end_token_at_stop": {"generator": {"sampling": {"end_token_at_stop": True}}},
+    # issue 22: the bf16 learner's float32 master weights start from the float32 checkpoint,
+    # not from their bf16 rounding: on the grid, a weight's bf16 copy (which samples and
+    # trains) stays put until its moves add up to half a grid step (results/master_weights:
+    # after 24 steps the module's change had cosine 0.62 with the master's)
+    "master_from_checkpoint": {"learner": {"master_from_checkpoint": True}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "

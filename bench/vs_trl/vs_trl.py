@@ -48,7 +48,8 @@ PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.t
              "short_lean_as_trl_fp32": HERE / "short_lean_as_trl_fp32.toml",
              "short_lean_mb2_once": HERE / "short_lean_mb2_once.toml",
              "short_lean_mb2_ladder_pass": HERE / "short_lean_mb2_ladder_pass.toml",
-             "short_lean_mb2_end_token": HERE / "short_lean_mb2_end_token.toml"}
+             "short_lean_mb2_end_token": HERE / "short_lean_mb2_end_token.toml",
+             "short_lean_mb2_master": HERE / "short_lean_mb2_master.toml"}
 "Each protocol's config."
 
 
