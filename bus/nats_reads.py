@@ -22,7 +22,8 @@ from bus.nats_retry import RETRYABLE, renewing, retry
 
 M = TypeVar("M", bound=Message)
 UNAVAILABLE_TRIES = 10
-"Reads of a one-off replay that meet a 503 (a stream or consumer leader being elected)."
+("Reads of a one-off replay that meet a 503 or an unanswered request (a stream or consumer "
+ "leader being elected, as on a cluster just started on its stores).")
 
 
 @dataclass
@@ -60,8 +61,9 @@ class StreamReads:
         """
         read = _Read(since)
         if not follow:
-            # A replicated stream just after a leader change answers 503 for a moment: the
-            # read is renewed from the message after the last one it gave, a few times.
+            # A replicated stream just after a leader change answers 503, or not at all, for
+            # a moment: the read is renewed from the message after the last one it gave, a
+            # few times.
             for attempt in range(UNAVAILABLE_TRIES):
                 try:
                     async with aclosing(self._read_once(stream, filter_subject, cls, read, batch,
@@ -69,7 +71,7 @@ class StreamReads:
                         async for item in items:
                             yield item
                     return
-                except nats.js.errors.ServiceUnavailableError:
+                except (nats.js.errors.ServiceUnavailableError, nats.errors.TimeoutError):
                     if attempt == UNAVAILABLE_TRIES - 1:
                         raise
                     await anyio.sleep(0.5)
