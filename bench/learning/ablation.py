@@ -114,6 +114,9 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # trains) stays put until its moves add up to half a grid step (results/master_weights:
     # after 24 steps the module's change had cosine 0.62 with the master's)
     "master_from_checkpoint": {"learner": {"master_from_checkpoint": True}},
+    # the default since master_from_checkpoint's result (its runs above were against the
+    # default of then, false): DeepSpeed's own start, the master weights on the bf16 grid
+    "master_from_grid": {"learner": {"master_from_checkpoint": False}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
  "zero-signal groups dropped, the token mean, the sampler band, truncated answers scored as "
