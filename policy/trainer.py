@@ -91,8 +91,11 @@ class Trainer:
         self.pad_id = model.config.pad_token_id or 0
         self.vocab_size = int(model.get_input_embeddings().num_embeddings)
         config = ds_config(self.lc, self.world)
+        tag = self.checkpoints.agreed_tag()
+        # A fresh start only: a checkpoint restores its own master weights below.
         exact = ({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
-                 if self.lc.master_from_checkpoint and config["bf16"]["enabled"] else {})
+                 if tag is None and self.lc.master_from_checkpoint and config["bf16"]["enabled"]
+                 else {})
         self.engine, *_ = deepspeed.initialize(
             model=model, model_parameters=[p for p in model.parameters() if p.requires_grad],
             config=config)
@@ -103,7 +106,6 @@ class Trainer:
             self.reference = load_model(self.config.model,
                                         weights_dtype("auto", self.lc.device), self.device)
         self.dir.mkdir(parents=True, exist_ok=True)
-        tag = self.checkpoints.agreed_tag()
         if tag is None:
             return {}
         if not (self.dir / tag).is_dir():

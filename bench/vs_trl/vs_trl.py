@@ -41,16 +41,9 @@ from bench.vs_trl.task_list import digest, gated_train_tasks, write_ids  # noqa:
 from bench.vs_trl.vs_trl_eval import heldout_tasks  # noqa: E402
 from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
 
-PROTOCOLS = {"short": HERE / "short.toml", "full": ROOT / "configs" / "default.toml",
-             "smoke": HERE / "smoke.toml", "short_as_trl": HERE / "short_as_trl.toml",
-             "short_lean_mb2": HERE / "short_lean_mb2.toml",
-             "short_lean_as_trl": HERE / "short_lean_as_trl.toml",
-             "short_lean_as_trl_fp32": HERE / "short_lean_as_trl_fp32.toml",
-             "short_lean_mb2_once": HERE / "short_lean_mb2_once.toml",
-             "short_lean_mb2_ladder_pass": HERE / "short_lean_mb2_ladder_pass.toml",
-             "short_lean_mb2_end_token": HERE / "short_lean_mb2_end_token.toml",
-             "short_lean_mb2_master": HERE / "short_lean_mb2_master.toml"}
-"Each protocol's config."
+PROTOCOLS = {p.stem: p for p in sorted(HERE.glob("*.toml"))} | {
+    "full": ROOT / "configs" / "default.toml"}
+"Each protocol's config: every TOML file beside this one, by its stem, and `full`."
 
 
 class ChildFailed(Exception):
