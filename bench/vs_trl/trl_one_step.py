@@ -8,7 +8,9 @@ Consumes a vs_trl work folder (its `config.json` and `train_ids.txt`, kept by `v
 same tasks, seed and settings but `learner.minibatches = 1`, evaluates its final policy with
 the same function, and writes TRL's clocks (counted as `vs_trl.py` counts them), its held-out
 results, and each of them set against the seed file's whetstone side: the reference for a
-protocol where both sides took two steps, to tell what TRL's second step cost. Does not run
+protocol where both sides took two steps, to tell what TRL's second step cost. With
+`--trl-seed N` TRL's draw and trainer take seed N instead (the task list and held-out set stay
+the seed's): another TRL run of a seed, to tell how far TRL's own runs spread. Does not run
 whetstone again.
 """
 
@@ -29,11 +31,12 @@ def main(args: argparse.Namespace) -> int:
     seed_dir, out = Path(args.seed_dir), Path(args.out)
     record = json.loads(Path(args.seed_file).read_text())
     config = vs_trl.trl_config(seed_dir / "config.json", 1)
-    work = seed_dir / "trl_one_step"
+    again = [] if args.trl_seed is None else ["--seed", str(args.trl_seed)]
+    work = seed_dir / ("trl_one_step" + ("" if args.trl_seed is None else f"_seed{args.trl_seed}"))
     work.mkdir(exist_ok=True)
     run = vs_trl.run_child("TRL, one step", [
         "-m", "bench.vs_trl.vs_trl_grpo", "--config", str(config),
-        "--out-dir", str(work / "trl"), "--threads", str(args.threads)], work / "trl.log")
+        "--out-dir", str(work / "trl"), "--threads", str(args.threads), *again], work / "trl.log")
     trl = json.loads((work / "trl" / "trl.json").read_text())
     ev = vs_trl.evaluate_all(config, {"trl": str(work / "trl" / "model")}, work,
                              args.threads)["trl"]
@@ -44,7 +47,8 @@ def main(args: argparse.Namespace) -> int:
     whet = record["whetstone"]["clocks"]
     reward = vs_trl_report.mean_reward(ev["per_task"])
     result = {
-        "seed": record["seed"], "seed_file": args.seed_file, "minibatches": 1,
+        "seed": record["seed"], "trl_seed": trl["seed"], "seed_file": args.seed_file,
+        "minibatches": 1,
         "updates": trl["updates"], "samples": trl["samples"],
         "train_tasks_sha256": trl["tasks"]["sha256"],
         "same_train_tasks": trl["tasks"]["sha256"] == record["train_tasks"]["sha256"],
@@ -69,6 +73,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed-file", required=True, help="that seed's committed seed-<n>.json")
     p.add_argument("--out", required=True, help="the JSON this writes")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--trl-seed", type=int, default=None,
+                   help="seed TRL's draw and trainer with this (default the seed's own)")
     return p.parse_args(argv)
 
 

@@ -41,8 +41,9 @@ def bf16_native() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def grpo_settings(cfg, *, bf16: bool, out_dir: str) -> dict[str, Any]:
-    """GRPOConfig arguments: each shared setting taken from the whetstone config."""
+def grpo_settings(cfg, *, bf16: bool, out_dir: str, seed: int | None = None) -> dict[str, Any]:
+    """GRPOConfig arguments: each shared setting taken from the whetstone config; the
+    trainer's seed is `seed` when given, else the run's."""
     tr, lc, gen = cfg.training, cfg.learner, cfg.generator.sampling
     micro = min(lc.micro_batch_size, tr.batch_size // lc.minibatches)
     if tr.batch_size % (micro * lc.minibatches) or tr.batch_size % tr.group_size:
@@ -50,7 +51,8 @@ def grpo_settings(cfg, *, bf16: bool, out_dir: str) -> dict[str, Any]:
                          f"{micro} x minibatches {lc.minibatches} and of group_size "
                          f"{tr.group_size} for TRL")
     return dict(
-        output_dir=out_dir, use_cpu=True, bf16=bf16, fp16=False, seed=cfg.run.seed,
+        output_dir=out_dir, use_cpu=True, bf16=bf16, fp16=False,
+        seed=cfg.run.seed if seed is None else seed,
         max_steps=tr.max_steps * lc.minibatches,
         # `minibatches` optimizer steps per batch of `batch_size` samples, `group_size` per
         # prompt, in micro-batches of `micro_batch_size`; TRL generates the whole batch in one
@@ -182,18 +184,22 @@ def prompts_match(cfg, tokenizer, tasks: dict[str, list[Task]]) -> bool:
         for t in sample)
 
 
-def train(cfg, tasks: dict[str, list[Task]], out_dir: Path) -> dict[str, Any]:
-    """Train with TRL for `training.max_steps` updates; the record `trl.json` holds."""
+def train(cfg, tasks: dict[str, list[Task]], out_dir: Path,
+          seed: int | None = None) -> dict[str, Any]:
+    """Train with TRL for `training.max_steps` updates; the record `trl.json` holds. `seed`
+    (default the run's) seeds TRL's draw of rows and its trainer, nothing else: the task
+    list and the held-out set stay the run's."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from policy.model import load_model, load_tokenizer
     from policy.precision import training_precision
 
+    seed = cfg.run.seed if seed is None else seed
     bf16 = training_precision(cfg.learner.precision, "cpu") == "bf16" and bf16_native()
-    settings = grpo_settings(cfg, bf16=bf16, out_dir=str(out_dir / "trainer"))
+    settings = grpo_settings(cfg, bf16=bf16, out_dir=str(out_dir / "trainer"), seed=seed)
     per_step = cfg.training.batch_size // cfg.training.group_size
-    rows = mixed_rows(tasks, cfg.envs.mix, cfg.training.max_steps * per_step, cfg.run.seed)
+    rows = mixed_rows(tasks, cfg.envs.mix, cfg.training.max_steps * per_step, seed)
     tokenizer = load_tokenizer(cfg.model)
     tokenizer.padding_side = "left"
     model = load_model(cfg.model, "float32")
@@ -240,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="the run config both sides share (JSON or TOML)")
     p.add_argument("--out-dir", required=True, help="where trl.json and model/ go")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads")
+    p.add_argument("--seed", type=int, default=None,
+                   help="TRL's own seed (its draw and trainer; default the run's)")
     args = p.parse_args(argv)
     log_mod.configure(kind="bench", instance="vs_trl_grpo", level="warning")
     torch.set_num_threads(args.threads)
@@ -248,7 +256,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks, gate_cpu = anyio.run(gated_train_tasks, cfg)
     ids = sorted(t.task_id for ts in tasks.values() for t in ts)
     record = {"tasks": {"count": len(ids), "sha256": digest(ids)}, "gate_sandbox_cpu_s": gate_cpu,
-              "threads": args.threads, **train(cfg, tasks, out)}
+              "threads": args.threads,
+              "seed": cfg.run.seed if args.seed is None else args.seed,
+              **train(cfg, tasks, out, args.seed)}
     record["sandbox_cpu_s"] = round(gate_cpu + record["reward_sandbox_cpu_s"], 1)
     (out / "trl.json").write_text(json.dumps(record, indent=2))
     print(f"TRL: {record['updates']} updates, {record['samples']} samples, training "
