@@ -46,3 +46,13 @@ def test_trl_rows_hold_the_mix_exactly_and_cycle_each_domain_s_shuffled_tasks():
         assert sorted(d for d, _ in drawn[start:start + 4]) == ["data"] * 2 + ["structured"] * 2
     data = [t.task_id for d, t in drawn if d == "data"]
     assert sorted(data[:5]) == [f"data/{i}" for i in range(5)] and data[5:10] == data[:5]
+
+
+def test_trl_s_own_seed_replaces_the_run_s_only_when_given(tmp_path):
+    """`trl_one_step.py --trl-seed` runs TRL again on a seed's list with another seed of its
+    own; without it the trainer takes the run's seed, as vs_trl.py's seeds do."""
+    from runtime.sections import RunSection
+
+    cfg = RunConfig(run=RunSection(seed=3), training=TrainingConfig(batch_size=32, group_size=8))
+    assert grpo_settings(cfg, bf16=False, out_dir=str(tmp_path))["seed"] == 3
+    assert grpo_settings(cfg, bf16=False, out_dir=str(tmp_path), seed=11)["seed"] == 11
