@@ -184,18 +184,16 @@ def prompts_match(cfg, tokenizer, tasks: dict[str, list[Task]]) -> bool:
         for t in sample)
 
 
-def train(cfg, tasks: dict[str, list[Task]], out_dir: Path,
-          seed: int | None = None) -> dict[str, Any]:
+def train(cfg, tasks: dict[str, list[Task]], out_dir: Path, seed: int) -> dict[str, Any]:
     """Train with TRL for `training.max_steps` updates; the record `trl.json` holds. `seed`
-    (default the run's) seeds TRL's draw of rows and its trainer, nothing else: the task
-    list and the held-out set stay the run's."""
+    seeds TRL's draw of rows and its trainer, nothing else: the task list and the held-out
+    set stay the run's."""
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
     from policy.model import load_model, load_tokenizer
     from policy.precision import training_precision
 
-    seed = cfg.run.seed if seed is None else seed
     bf16 = training_precision(cfg.learner.precision, "cpu") == "bf16" and bf16_native()
     settings = grpo_settings(cfg, bf16=bf16, out_dir=str(out_dir / "trainer"), seed=seed)
     per_step = cfg.training.batch_size // cfg.training.group_size
@@ -255,10 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out_dir)
     tasks, gate_cpu = anyio.run(gated_train_tasks, cfg)
     ids = sorted(t.task_id for ts in tasks.values() for t in ts)
+    seed = cfg.run.seed if args.seed is None else args.seed
     record = {"tasks": {"count": len(ids), "sha256": digest(ids)}, "gate_sandbox_cpu_s": gate_cpu,
-              "threads": args.threads,
-              "seed": cfg.run.seed if args.seed is None else args.seed,
-              **train(cfg, tasks, out, args.seed)}
+              "threads": args.threads, "seed": seed, **train(cfg, tasks, out, seed)}
     record["sandbox_cpu_s"] = round(gate_cpu + record["reward_sandbox_cpu_s"], 1)
     (out / "trl.json").write_text(json.dumps(record, indent=2))
     print(f"TRL: {record['updates']} updates, {record['samples']} samples, training "
