@@ -56,3 +56,30 @@ def test_trl_s_own_seed_replaces_the_run_s_only_when_given(tmp_path):
     cfg = RunConfig(run=RunSection(seed=3), training=TrainingConfig(batch_size=32, group_size=8))
     assert grpo_settings(cfg, bf16=False, out_dir=str(tmp_path))["seed"] == 3
     assert grpo_settings(cfg, bf16=False, out_dir=str(tmp_path), seed=11)["seed"] == 11
+
+
+def test_whetstone_again_changes_only_the_run_seed_and_where_runs_go(tmp_path):
+    """`whetstone_again.py --run-seed` runs whetstone again on a seed's config: its draws and
+    sampling take the new seed; the task list and every other setting stay the seed's."""
+    import json
+
+    from bench.vs_trl import vs_trl
+    from bench.vs_trl.whetstone_again import reseeded
+    from runtime.config import dump, load
+
+    seed_dir = tmp_path / "seed-1"
+    seed_dir.mkdir()
+    ids = seed_dir / "train_ids.txt"
+    ids.write_text("data_scripts/L0-a\n")
+    cfg = vs_trl.restricted(vs_trl.seed_config(vs_trl.PROTOCOLS["short_lean_mb2"], 1,
+                                               seed_dir / "runs"), ids)
+    (seed_dir / "config.json").write_bytes(dump(cfg))
+    work = seed_dir / "whetstone_seed101"
+    work.mkdir()
+    again = reseeded(seed_dir / "config.json", 101, work / "runs")
+    before, after = json.loads((seed_dir / "config.json").read_text()), json.loads(again.read_text())
+    assert after["run"] == {**before["run"], "seed": 101, "runs_dir": str(work / "runs")}
+    assert {k: v for k, v in after.items() if k != "run"} == \
+        {k: v for k, v in before.items() if k != "run"}
+    loaded = load(again)
+    assert loaded.run.seed == 101 and loaded.envs.train_ids == str(ids)

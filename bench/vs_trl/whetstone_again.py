@@ -1,0 +1,99 @@
+"""Benchmark: whetstone's side of a vs_trl seed again, with a run seed of its own.
+
+    PYTHONPATH=. python bench/vs_trl/whetstone_again.py --seed-dir /tmp/vstrl-d13/seed-1 \\
+        --seed-file bench/vs_trl/results/short_lean_mb2_default_trl1/seed-1.json \\
+        --run-seed 101 --out <json>
+
+Consumes a vs_trl work folder (its `config.json` and `train_ids.txt`, kept by `vs_trl.py
+--work-dir`) and that seed's committed file. Runs `whet up` on the same config and task list
+with `[run] seed` set to `--run-seed`, the only seed of the sampler's draws and the
+generator's sampling (the task list and held-out set stay the seed's: the bench fixed them),
+evaluates its final policy with the same function, and writes its clocks (counted as
+`vs_trl.py` counts them), its held-out results and the seed file's sides beside them:
+another whetstone run of a seed, to tell how far whetstone's own runs spread, as
+`trl_one_step.py --trl-seed` tells it for TRL. Does not run TRL again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.vs_trl import vs_trl, vs_trl_report  # noqa: E402
+from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
+
+
+def reseeded(config: Path, run_seed: int, runs_dir: Path) -> Path:
+    """`config` with `[run] seed` = `run_seed` and its runs under `runs_dir`, beside it."""
+    values = json.loads(config.read_text())
+    values["run"].update(seed=run_seed, runs_dir=str(runs_dir))
+    path = runs_dir.parent / "config.json"
+    path.write_text(json.dumps(values, indent=1))
+    return path
+
+
+def main(args: argparse.Namespace) -> int:
+    seed_dir, out = Path(args.seed_dir), Path(args.out)
+    record = json.loads(Path(args.seed_file).read_text())
+    work = seed_dir / f"whetstone_seed{args.run_seed}"
+    work.mkdir(exist_ok=True)
+    config = reseeded(seed_dir / "config.json", args.run_seed, work / "runs")
+    run = vs_trl.run_child(f"whetstone, run seed {args.run_seed}",
+                           ["-m", "runtime.cli", "up", "--config", str(config)],
+                           work / "whetstone.log")
+    run_dir = (work / "runs" / "latest").resolve()
+    heldout = record["heldout_tasks"]["by_domain"]
+    ev = vs_trl.evaluate_all(config, {"whetstone": str(run_dir / "model")}, work,
+                             args.threads)["whetstone"]
+    if ev["tasks"] != heldout:
+        print("whetstone_again: held-out tasks differ from the seed file's", file=sys.stderr)
+        return 1
+    listed = set(record["train_tasks"]["ids"])
+    whet = whetstone_side(run_dir, listed, {t for ts in heldout.values() for t in ts})
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # gigabytes; model/ stays
+    reward = vs_trl_report.mean_reward(ev["per_task"])
+    first = record["heldout"]["whetstone"]
+    result = {
+        "seed": record["seed"], "run_seed": args.run_seed, "seed_file": args.seed_file,
+        "updates": whet["updates"], "samples": whet["samples"],
+        "trained_outside_list": whet["trained_outside_list"],
+        "clocks": vs_trl.side_clocks(run, whet["sandbox_cpu_s"], ev["clocks"], whet["training"]),
+        "reward": reward, "pass_rate": vs_trl_report.pass_rate(ev["per_task"]),
+        "first_run": {"reward": vs_trl_report.mean_reward(first),
+                      "pass_rate": vs_trl_report.pass_rate(first),
+                      "against": vs_trl_report.paired(first, ev["per_task"])},
+        "trl": {"reward": vs_trl_report.mean_reward(record["heldout"]["trl"]),
+                "pass_rate": vs_trl_report.pass_rate(record["heldout"]["trl"]),
+                "this_run_against": vs_trl_report.paired(record["heldout"]["trl"],
+                                                         ev["per_task"])},
+        "curve": whet["curve"],
+        "heldout": ev["per_task"]}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in result.items() if k not in ("heldout", "curve")},
+                     indent=1))
+    return 0
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seed-dir", required=True, help="the seed's vs_trl work folder")
+    p.add_argument("--seed-file", required=True, help="that seed's committed seed-<n>.json")
+    p.add_argument("--run-seed", type=int, required=True,
+                   help="whetstone's [run] seed for this run (its draws and sampling)")
+    p.add_argument("--out", required=True, help="the JSON this writes")
+    p.add_argument("--threads", type=int, default=2)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    from runtime import log as log_mod
+
+    log_mod.configure(kind="bench", instance="whetstone_again", level="warning")
+    sys.exit(main(parse()))
