@@ -7,8 +7,8 @@
 Consumes a vs_trl work folder (its `config.json` and `train_ids.txt`, kept by `vs_trl.py
 --work-dir`) and that seed's committed file. Runs `whet up` on the same config and task list
 with `[run] seed` set to `--run-seed`, the only seed of the sampler's draws and the
-generator's sampling (the task list and held-out set stay the seed's: the bench fixed them),
-evaluates its final policy with the same function, and writes its clocks (counted as
+generator's sampling (the task list stays the seed's), evaluates its final policy with the
+same function on the seed's held-out set (the seed's own config, whose seed salts that pick), and writes its clocks (counted as
 `vs_trl.py` counts them), its held-out results and the seed file's sides beside them:
 another whetstone run of a seed, to tell how far whetstone's own runs spread, as
 `trl_one_step.py --trl-seed` tells it for TRL. Does not run TRL again.
@@ -49,8 +49,9 @@ def main(args: argparse.Namespace) -> int:
                            work / "whetstone.log")
     run_dir = (work / "runs" / "latest").resolve()
     heldout = record["heldout_tasks"]["by_domain"]
-    ev = vs_trl.evaluate_all(config, {"whetstone": str(run_dir / "model")}, work,
-                             args.threads)["whetstone"]
+    # The seed's own config: `[run] seed` also salts the held-out pick.
+    ev = vs_trl.evaluate_all(seed_dir / "config.json", {"whetstone": str(run_dir / "model")},
+                             work, args.threads)["whetstone"]
     if ev["tasks"] != heldout:
         print("whetstone_again: held-out tasks differ from the seed file's", file=sys.stderr)
         return 1
