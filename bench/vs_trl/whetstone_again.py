@@ -7,11 +7,11 @@
 Consumes a vs_trl work folder (its `config.json` and `train_ids.txt`, kept by `vs_trl.py
 --work-dir`) and that seed's committed file. Runs `whet up` on the same config and task list
 with `[run] seed` set to `--run-seed`, the only seed of the sampler's draws and the
-generator's sampling (the task list stays the seed's), evaluates its final policy with the
-same function on the seed's held-out set (the seed's own config, whose seed salts that pick), and writes its clocks (counted as
-`vs_trl.py` counts them), its held-out results and the seed file's sides beside them:
-another whetstone run of a seed, to tell how far whetstone's own runs spread, as
-`trl_one_step.py --trl-seed` tells it for TRL. Does not run TRL again.
+generator's sampling; evaluates its final policy with the same function on the seed's
+held-out set (through the seed's own config: its seed also salts that pick); writes its
+clocks (counted as `vs_trl.py` counts them), its held-out results and the seed file's sides
+beside them. Another whetstone run of a seed, to tell how far whetstone's own runs spread,
+as `trl_one_step.py --trl-seed` tells it for TRL. Does not run TRL again.
 """
 
 from __future__ import annotations
