@@ -1,0 +1,123 @@
+"""How far each side's runs of a vs_trl seed spread, and the comparison over every run.
+
+    PYTHONPATH=. python bench/vs_trl/spread.py bench/vs_trl/results/<label> [--out <json>]
+
+Consumes a result folder's `seed-<n>.json` (each side's first run) and the reruns beside
+them: `trl_one_step-seed-<n>-trlseed<m>.json` (`trl_one_step.py --trl-seed`) and
+`whetstone_again-seed-<n>-runseed<m>.json` (`whetstone_again.py`), all on the seed's task
+list and held-out set. Produces, for each seed with a rerun of either side, every run's
+held-out reward and passes, each side's rerun against its first run, and whetstone against
+TRL averaged over the runs each side has (each task's mean reward and pass share over a
+side's runs); then the same over those seeds, the task the unit and the seed the unit.
+Runs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from bench.vs_trl.vs_trl_report import mean_reward, paired, pass_rate  # noqa: E402
+from envs.stats import mean_difference, mean_interval  # noqa: E402
+
+RERUNS = {"trl": "trl_one_step-seed-{seed}-trlseed*.json",
+          "whetstone": "whetstone_again-seed-{seed}-runseed*.json"}
+"Each side's rerun files of a seed."
+
+
+def runs(folder: Path, record: dict) -> dict[str, list[tuple[str, dict]]]:
+    """Each side's runs of the seed: (name, per-task results), the first run first."""
+    out = {side: [("first", record["heldout"][side])] for side in RERUNS}
+    for side, pattern in RERUNS.items():
+        for path in sorted(folder.glob(pattern.format(seed=record["seed"]))):
+            out[side].append((path.name, json.loads(path.read_text())["heldout"]))
+    return out
+
+
+def averaged(side_runs: list[tuple[str, dict]]) -> tuple[dict, dict]:
+    """Each task's mean reward and pass share over a side's runs (tasks every run scored)."""
+    tasks = set.intersection(*({t for t, (r, _) in res.items() if r is not None}
+                               for _, res in side_runs))
+    reward = {t: statistics.mean(res[t][0] for _, res in side_runs) for t in tasks}
+    passes = {t: statistics.mean(res[t][1] == "pass" for _, res in side_runs) for t in tasks}
+    return reward, passes
+
+
+def against(whet: tuple[dict, dict], trl: tuple[dict, dict]) -> dict:
+    """Whetstone's averaged runs against TRL's: mean reward difference with its 95% interval
+    (the task the unit) and the pass-share difference summed over tasks."""
+    got = mean_difference(trl[0], whet[0])
+    out = {"tasks": len(whet[0].keys() & trl[0].keys()),
+           "pass_diff": round(sum(whet[1][t] - trl[1][t] for t in whet[1].keys() & trl[1].keys()), 2)}
+    if got is not None:
+        _, mean, low, high = got
+        out.update(reward_diff=round(mean, 4), interval95=[round(low, 4), round(high, 4)])
+    return out
+
+
+def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]]) -> dict:
+    """One seed's runs, each side's reruns against its first run, and the sides compared."""
+    return {
+        "seed": record["seed"],
+        "runs": {side: [{"run": name, "reward": mean_reward(res), "pass_rate": pass_rate(res),
+                         "passes": sum(o == "pass" for _, o in res.values())}
+                        for name, res in rs] for side, rs in by_side.items()},
+        "rerun_vs_first": {side: [paired(rs[0][1], res) for _, res in rs[1:]]
+                           for side, rs in by_side.items()},
+        "whetstone_vs_trl_over_runs": against(averaged(by_side["whetstone"]),
+                                              averaged(by_side["trl"])),
+    }
+
+
+def build(folder: Path) -> dict:
+    """Every seed with a rerun in `folder`, and the comparison over those seeds (a task of
+    seed s is `s:task`)."""
+    records = [json.loads(p.read_text()) for p in
+               sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))]
+    seeds, pooled = [], {side: ({}, {}) for side in RERUNS}
+    for record in records:
+        by_side = runs(folder, record)
+        if all(len(r) == 1 for r in by_side.values()):
+            continue
+        seeds.append(seed_spread(record, by_side))
+        for side, into in pooled.items():
+            for part, values in zip(into, averaged(by_side[side])):
+                part.update({f"{record['seed']}:{t}": v for t, v in values.items()})
+    if not seeds:
+        raise FileNotFoundError(f"{folder}: no seed has a rerun file ({', '.join(RERUNS.values())})")
+    per_seed = [s["whetstone_vs_trl_over_runs"]["reward_diff"] for s in seeds]
+    unit = mean_interval(per_seed)
+    return {"folder": str(folder), "per_seed": seeds,
+            "over_seeds": {"seeds": [s["seed"] for s in seeds],
+                           "task_unit": against(pooled["whetstone"], pooled["trl"]),
+                           "seed_unit": {"reward_diff": per_seed, **(
+                               {"mean": round(unit[0], 4),
+                                "interval95": [round(unit[1], 4), round(unit[2], 4)]}
+                               if unit else {})}}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", help="a vs_trl result folder with rerun files")
+    p.add_argument("--out", default="", help="write the JSON here (default: print it)")
+    args = p.parse_args(argv)
+    try:
+        result = build(Path(args.folder))
+    except FileNotFoundError as exc:
+        print(f"spread: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(result, indent=1) + "\n"
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text if not args.out else f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""bench/vs_trl/spread.py: each side's runs of a seed averaged per task, by hand, and every
+committed spread.json recomputed from its folder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.vs_trl import spread
+
+pytestmark = pytest.mark.unit
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "vs_trl" / "results"
+
+
+def _write(folder: Path, name: str, heldout: dict) -> None:
+    (folder / name).write_text(json.dumps({"heldout": heldout}))
+
+
+def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tmp_path):
+    """Seed 1: whetstone ran twice, TRL once; seed 2 has no rerun and is left out. Each task's
+    reward is its mean over a side's runs, a pass counts as its share of the side's runs."""
+    first = {"a": [0.1, "fail"], "b": [1.0, "pass"], "c": [0.1, "fail"]}
+    again = {"a": [1.0, "pass"], "b": [0.1, "fail"], "c": [0.4, "fail"]}
+    trl = {"a": [0.1, "fail"], "b": [1.0, "pass"], "c": [1.0, "pass"]}
+    for seed in (1, 2):
+        (tmp_path / f"seed-{seed}.json").write_text(json.dumps(
+            {"seed": seed, "heldout": {"trl": trl, "whetstone": first}}))
+    _write(tmp_path, "whetstone_again-seed-1-runseed101.json", again)
+    got = spread.build(tmp_path)
+    assert [s["seed"] for s in got["per_seed"]] == [1]
+    one = got["per_seed"][0]
+    assert [r["reward"] for r in one["runs"]["whetstone"]] == [0.4, 0.5]
+    assert one["rerun_vs_first"]["whetstone"][0]["gained"] == 1
+    assert one["rerun_vs_first"]["whetstone"][0]["lost"] == 1
+    # whetstone per task (0.55, 0.55, 0.25) against TRL's (0.1, 1.0, 1.0): (0.45 - 0.45 - 0.75) / 3
+    assert one["whetstone_vs_trl_over_runs"]["reward_diff"] == -0.25
+    assert one["whetstone_vs_trl_over_runs"]["pass_diff"] == -1.0  # (0.5 + 0.5) - 2
+    assert got["over_seeds"]["task_unit"]["reward_diff"] == -0.25
+    assert "mean" not in got["over_seeds"]["seed_unit"]  # one seed: no interval
+
+
+def test_a_folder_without_reruns_is_refused_by_name(tmp_path):
+    (tmp_path / "seed-1.json").write_text(json.dumps(
+        {"seed": 1, "heldout": {"trl": {"a": [0.1, "fail"]}, "whetstone": {"a": [0.1, "fail"]}}}))
+    with pytest.raises(FileNotFoundError, match="no seed has a rerun"):
+        spread.build(tmp_path)
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/spread.json")),
+                         ids=lambda p: p.parent.name)
+def test_every_committed_spread_recomputes_from_its_folder(path):
+    got = spread.build(path.parent)
+    assert {**got, "folder": ""} == {**json.loads(path.read_text()), "folder": ""}
