@@ -151,7 +151,7 @@ async def run(bus: Bus, config: RunConfig, *,
               task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """Serve assignments and continuations until `bus.stopping` is set."""
     engine = await anyio.to_thread.run_sync(open_engine, config.generator, config.model,
-                                            config.run.seed + _instance_salt(bus),
+                                            config.run.draw_seed + _instance_salt(bus),
                                             config.learner.lora)
     follower = WeightFollower(bus, engine)
     generator = Generator(bus, config, engine, follower)

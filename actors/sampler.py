@@ -222,7 +222,7 @@ class Sampler:
         group = self.config.training.group_size
         for _ in range(n):
             seq = self.counters.next_seq
-            task_id = self.curriculum.choose(random.Random(f"{self.config.run.seed}/{seq}"))
+            task_id = self.curriculum.choose(random.Random(f"{self.config.run.draw_seed}/{seq}"))
             if task_id is None:
                 break
             task = self.tasks[task_id]

@@ -29,7 +29,16 @@ class RunSection(Section):
     runs_dir: str = "runs"
     "Folder that holds one subfolder per run (relative to the working directory)."
     seed: int = 0
-    "Seed for every random choice the run makes."
+    ("Seed for every random choice the run makes: the tasks generated, the splits, the held-out "
+     "pick, and (unless `sampling_seed` is set) the task draws and sampling.")
+    sampling_seed: int | None = None
+    ("Seed of the sampler's task draws and the generators' sampling; unset, `seed`. Set it to run "
+     "the same tasks and held-out set again with other draws.")
+
+    @property
+    def draw_seed(self) -> int:
+        """The seed of task draws and training samples: `sampling_seed`, else `seed`."""
+        return self.seed if self.sampling_seed is None else self.sampling_seed
 
 
 class BusConfig(Section):

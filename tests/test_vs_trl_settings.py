@@ -58,28 +58,33 @@ def test_trl_s_own_seed_replaces_the_run_s_only_when_given(tmp_path):
     assert grpo_settings(cfg, bf16=False, out_dir=str(tmp_path), seed=11)["seed"] == 11
 
 
-def test_whetstone_again_changes_only_the_run_seed_and_where_runs_go(tmp_path):
-    """`whetstone_again.py --run-seed` runs whetstone again on a seed's config: its draws and
-    sampling take the new seed; the task list and every other setting stay the seed's."""
+def test_whetstone_again_changes_only_the_sampling_seed_and_where_runs_go(tmp_path):
+    """`whetstone_again.py --sampling-seed` runs whetstone again on a seed's config: its draws
+    and sampling take the new seed; `[run] seed` (the tasks generated, the held-out pick), the
+    task list and every other setting stay the seed's, so the listed ids are still training
+    tasks of the config."""
     import json
 
     from bench.vs_trl import vs_trl
     from bench.vs_trl.whetstone_again import reseeded
+    from envs.intake import collect
     from runtime.config import dump, load
 
     seed_dir = tmp_path / "seed-1"
     seed_dir.mkdir()
+    cfg = vs_trl.seed_config(vs_trl.PROTOCOLS["short_lean_mb2"], 1, seed_dir / "runs")
+    tasks, _ = collect(cfg.envs, seed=1, split="train")
     ids = seed_dir / "train_ids.txt"
-    ids.write_text("data_scripts/L0-a\n")
-    cfg = vs_trl.restricted(vs_trl.seed_config(vs_trl.PROTOCOLS["short_lean_mb2"], 1,
-                                               seed_dir / "runs"), ids)
-    (seed_dir / "config.json").write_bytes(dump(cfg))
-    work = seed_dir / "whetstone_seed101"
+    ids.write_text("\n".join(t.task_id for t, _ in tasks[:5]) + "\n")
+    (seed_dir / "config.json").write_bytes(dump(vs_trl.restricted(cfg, ids)))
+    work = seed_dir / "whetstone_sampling101"
     work.mkdir()
     again = reseeded(seed_dir / "config.json", 101, work / "runs")
     before, after = json.loads((seed_dir / "config.json").read_text()), json.loads(again.read_text())
-    assert after["run"] == {**before["run"], "seed": 101, "runs_dir": str(work / "runs")}
+    assert after["run"] == {**before["run"], "sampling_seed": 101, "runs_dir": str(work / "runs")}
     assert {k: v for k, v in after.items() if k != "run"} == \
         {k: v for k, v in before.items() if k != "run"}
     loaded = load(again)
-    assert loaded.run.seed == 101 and loaded.envs.train_ids == str(ids)
+    assert (loaded.run.seed, loaded.run.draw_seed) == (1, 101)
+    kept, errors = collect(loaded.envs, seed=loaded.run.seed, split="train")
+    assert not errors and [t.task_id for t, _ in kept] == [t.task_id for t, _ in tasks[:5]]

@@ -28,7 +28,7 @@ def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tm
     for seed in (1, 2):
         (tmp_path / f"seed-{seed}.json").write_text(json.dumps(
             {"seed": seed, "heldout": {"trl": trl, "whetstone": first}}))
-    _write(tmp_path, "whetstone_again-seed-1-runseed101.json", again)
+    _write(tmp_path, "whetstone_again-seed-1-samplingseed101.json", again)
     got = spread.build(tmp_path)
     assert [s["seed"] for s in got["per_seed"]] == [1]
     one = got["per_seed"][0]

@@ -4,7 +4,7 @@
 
 Consumes a result folder's `seed-<n>.json` (each side's first run) and the reruns beside
 them: `trl_one_step-seed-<n>-trlseed<m>.json` (`trl_one_step.py --trl-seed`) and
-`whetstone_again-seed-<n>-runseed<m>.json` (`whetstone_again.py`), all on the seed's task
+`whetstone_again-seed-<n>-samplingseed<m>.json` (`whetstone_again.py`), all on the seed's task
 list and held-out set. Produces, for each seed with a rerun of either side, every run's
 held-out reward and passes, each side's rerun against its first run, and whetstone against
 TRL averaged over the runs each side has (each task's mean reward and pass share over a
@@ -27,7 +27,7 @@ from bench.vs_trl.vs_trl_report import mean_reward, paired, pass_rate  # noqa: E
 from envs.stats import mean_difference, mean_interval  # noqa: E402
 
 RERUNS = {"trl": "trl_one_step-seed-{seed}-trlseed*.json",
-          "whetstone": "whetstone_again-seed-{seed}-runseed*.json"}
+          "whetstone": "whetstone_again-seed-{seed}-samplingseed*.json"}
 "Each side's rerun files of a seed."
 
 

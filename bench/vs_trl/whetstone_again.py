@@ -2,13 +2,13 @@
 
     PYTHONPATH=. python bench/vs_trl/whetstone_again.py --seed-dir /tmp/vstrl-d13/seed-1 \\
         --seed-file bench/vs_trl/results/short_lean_mb2_default_trl1/seed-1.json \\
-        --run-seed 101 --out <json>
+        --sampling-seed 101 --out <json>
 
 Consumes a vs_trl work folder (its `config.json` and `train_ids.txt`, kept by `vs_trl.py
 --work-dir`) and that seed's committed file. Runs `whet up` on the same config and task list
-with `[run] seed` set to `--run-seed`, the only seed of the sampler's draws and the
-generator's sampling; evaluates its final policy with the same function on the seed's
-held-out set (through the seed's own config: its seed also salts that pick); writes its
+with `[run] sampling_seed` set to `--sampling-seed`: the sampler's draws and the generator's
+sampling take it, while `[run] seed` still generates the tasks (the list's ids) and picks the
+held-out set. Evaluates its final policy with the same function on that set; writes its
 clocks (counted as `vs_trl.py` counts them), its held-out results and the seed file's sides
 beside them. Another whetstone run of a seed, to tell how far whetstone's own runs spread,
 as `trl_one_step.py --trl-seed` tells it for TRL. Does not run TRL again.
@@ -29,10 +29,10 @@ from bench.vs_trl import vs_trl, vs_trl_report  # noqa: E402
 from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
 
 
-def reseeded(config: Path, run_seed: int, runs_dir: Path) -> Path:
-    """`config` with `[run] seed` = `run_seed` and its runs under `runs_dir`, beside it."""
+def reseeded(config: Path, sampling_seed: int, runs_dir: Path) -> Path:
+    """`config` with `[run] sampling_seed` and its runs under `runs_dir`, beside it."""
     values = json.loads(config.read_text())
-    values["run"].update(seed=run_seed, runs_dir=str(runs_dir))
+    values["run"].update(sampling_seed=sampling_seed, runs_dir=str(runs_dir))
     path = runs_dir.parent / "config.json"
     path.write_text(json.dumps(values, indent=1))
     return path
@@ -41,17 +41,16 @@ def reseeded(config: Path, run_seed: int, runs_dir: Path) -> Path:
 def main(args: argparse.Namespace) -> int:
     seed_dir, out = Path(args.seed_dir), Path(args.out)
     record = json.loads(Path(args.seed_file).read_text())
-    work = seed_dir / f"whetstone_seed{args.run_seed}"
+    work = seed_dir / f"whetstone_sampling{args.sampling_seed}"
     work.mkdir(exist_ok=True)
-    config = reseeded(seed_dir / "config.json", args.run_seed, work / "runs")
-    run = vs_trl.run_child(f"whetstone, run seed {args.run_seed}",
+    config = reseeded(seed_dir / "config.json", args.sampling_seed, work / "runs")
+    run = vs_trl.run_child(f"whetstone, sampling seed {args.sampling_seed}",
                            ["-m", "runtime.cli", "up", "--config", str(config)],
                            work / "whetstone.log")
     run_dir = (work / "runs" / "latest").resolve()
     heldout = record["heldout_tasks"]["by_domain"]
-    # The seed's own config: `[run] seed` also salts the held-out pick.
-    ev = vs_trl.evaluate_all(seed_dir / "config.json", {"whetstone": str(run_dir / "model")},
-                             work, args.threads)["whetstone"]
+    ev = vs_trl.evaluate_all(config, {"whetstone": str(run_dir / "model")}, work,
+                             args.threads)["whetstone"]
     if ev["tasks"] != heldout:
         print("whetstone_again: held-out tasks differ from the seed file's", file=sys.stderr)
         return 1
@@ -61,7 +60,7 @@ def main(args: argparse.Namespace) -> int:
     reward = vs_trl_report.mean_reward(ev["per_task"])
     first = record["heldout"]["whetstone"]
     result = {
-        "seed": record["seed"], "run_seed": args.run_seed, "seed_file": args.seed_file,
+        "seed": record["seed"], "sampling_seed": args.sampling_seed, "seed_file": args.seed_file,
         "updates": whet["updates"], "samples": whet["samples"],
         "trained_outside_list": whet["trained_outside_list"],
         "clocks": vs_trl.side_clocks(run, whet["sandbox_cpu_s"], ev["clocks"], whet["training"]),
@@ -86,8 +85,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seed-dir", required=True, help="the seed's vs_trl work folder")
     p.add_argument("--seed-file", required=True, help="that seed's committed seed-<n>.json")
-    p.add_argument("--run-seed", type=int, required=True,
-                   help="whetstone's [run] seed for this run (its draws and sampling)")
+    p.add_argument("--sampling-seed", type=int, required=True,
+                   help="whetstone's [run] sampling_seed for this run (its draws and sampling)")
     p.add_argument("--out", required=True, help="the JSON this writes")
     p.add_argument("--threads", type=int, default=2)
     return p.parse_args(argv)
