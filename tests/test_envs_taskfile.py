@@ -153,12 +153,38 @@ def test_an_unreadable_training_task_list_is_named(tmp_path):
     (problem,) = preflight.task_list_problems(cfg)
     assert problem.where == "envs.train_ids" and missing in problem.what
     listed = tmp_path / "ids.txt"
-    listed.write_text("a-task\n")
+    real, _ = collect(RunConfig().envs, seed=0, split="train")
+    listed.write_text(f"{real[0][0].task_id}\na-task\n")  # one id found: the sampler names the other
     cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, train_ids=str(listed)))
     assert preflight.task_list_problems(cfg) == []
     cfg = msgspec.structs.replace(cfg, envs=msgspec.structs.replace(cfg.envs, skip_ids=missing))
     (problem,) = preflight.task_list_problems(cfg)
     assert problem.where == "envs.skip_ids" and missing in problem.what
+
+
+@pytest.mark.unit
+def test_a_training_list_made_under_another_seed_is_refused_before_the_run_starts(tmp_path):
+    """`[run] seed` generates the tasks: a list of another seed's ids names no training task
+    of this config, and `whet up` would wait with an empty pool. Preflight refuses it, naming
+    the key, the seed, the first id it cannot find, and `sampling_seed` for other draws."""
+    from envs.config import EnvsConfig
+    from envs.intake import collect
+    from runtime.config import RunConfig
+    from runtime.sections import RunSection
+    from runtime.stack import preflight
+
+    envs = EnvsConfig(use={"structured_output": EnvEntry(count=40, heldout_share=0.25)},
+                      mix={"structured": 1.0})
+    other, _ = collect(envs, seed=3, split="train")
+    listed = tmp_path / "train_ids.txt"
+    listed.write_text("".join(f"{t.task_id}\n" for t, _ in other[:4]))
+    cfg = RunConfig(run=RunSection(seed=4), envs=msgspec.structs.replace(envs, train_ids=str(listed)))
+    cfg = msgspec.structs.replace(cfg, actors=msgspec.structs.replace(cfg.actors, count={"sampler": 1}))
+    (problem,) = preflight.task_list_problems(cfg)
+    assert problem.where == "envs.train_ids" and "[run] seed 4" in problem.what
+    assert other[0][0].task_id in problem.what and "sampling_seed" in problem.fix
+    same = msgspec.structs.replace(cfg, run=RunSection(seed=3, sampling_seed=4))
+    assert preflight.task_list_problems(same) == []
 
 
 @pytest.mark.unit

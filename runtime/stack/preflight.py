@@ -153,13 +153,29 @@ def disk_problems(cfg: RunConfig) -> list[Problem]:
 
 def task_list_problems(cfg: RunConfig) -> list[Problem]:
     """The files of training task ids the sampler reads (`[envs] train_ids` and
-    `skip_ids`), when set."""
+    `skip_ids`), when set; and a training list none of whose ids is a training task of the
+    config (the sampler would name each as a bad record and wait with an empty pool). A list
+    with some ids it cannot find is left to the sampler, which trains on the others."""
     if not cfg.actors.count.get("sampler"):
         return []
-    return [Problem(f"the training task list {path} is not a readable file", f"envs.{key}",
-                    f"point envs.{key} at a file of task ids, one a line, or leave it empty")
-            for key, path in (("train_ids", cfg.envs.train_ids), ("skip_ids", cfg.envs.skip_ids))
-            if path and not Path(path).is_file()]
+    out = [Problem(f"the training task list {path} is not a readable file", f"envs.{key}",
+                   f"point envs.{key} at a file of task ids, one a line, or leave it empty")
+           for key, path in (("train_ids", cfg.envs.train_ids), ("skip_ids", cfg.envs.skip_ids))
+           if path and not Path(path).is_file()]
+    if out or not cfg.envs.train_ids:
+        return out
+    from envs.intake import collect
+
+    found, errors = collect(cfg.envs, seed=cfg.run.seed, split="train")
+    if found or not errors:
+        return out
+    return [Problem(
+        f"no id in the training task list {cfg.envs.train_ids} is a training task of the "
+        f"enabled environments under [run] seed {cfg.run.seed} (first: {errors[0]})",
+        "envs.train_ids",
+        "list ids of this config's training split; [run] seed generates the tasks, so a list "
+        "made under another seed names other ids: keep that seed, and set [run] sampling_seed "
+        "for other draws")]
 
 
 def port_problems(cfg: RunConfig) -> list[Problem]:
