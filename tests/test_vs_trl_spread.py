@@ -54,3 +54,22 @@ def test_a_folder_without_reruns_is_refused_by_name(tmp_path):
 def test_every_committed_spread_recomputes_from_its_folder(path):
     got = spread.build(path.parent)
     assert {**got, "folder": ""} == {**json.loads(path.read_text()), "folder": ""}
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/whetstone_again-seed-*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_committed_whetstone_rerun_recomputes_from_its_own_and_its_seed_file(path):
+    """whetstone_again.py's figures: its reward and pass rate from its per-task results, on
+    the seed's held-out tasks, its first run and TRL's from the seed file it names, trained
+    on the list alone, with the seed file's updates."""
+    from bench.vs_trl import vs_trl_report as report
+
+    got = json.loads(path.read_text())
+    seed = json.loads((RESULTS.parents[2] / got["seed_file"]).read_text())
+    assert sorted(got["heldout"]) == sorted(seed["heldout"]["whetstone"])
+    assert got["reward"] == report.mean_reward(got["heldout"])
+    assert got["pass_rate"] == report.pass_rate(got["heldout"])
+    assert got["first_run"]["against"] == report.paired(seed["heldout"]["whetstone"], got["heldout"])
+    assert got["trl"]["this_run_against"] == report.paired(seed["heldout"]["trl"], got["heldout"])
+    assert got["trained_outside_list"] == [] and got["updates"] == seed["whetstone"]["updates"]
+    assert got["sampling_seed"] != seed["seed"]
