@@ -1,4 +1,4 @@
-"""Benchmark: whetstone's side of a vs_trl seed again, with a run seed of its own.
+"""Benchmark: whetstone's side of a vs_trl seed again, with a sampling seed of its own.
 
     PYTHONPATH=. python bench/vs_trl/whetstone_again.py --seed-dir /tmp/vstrl-d13/seed-1 \\
         --seed-file bench/vs_trl/results/short_lean_mb2_default_trl1/seed-1.json \\
