@@ -39,6 +39,9 @@ def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tm
     assert one["whetstone_vs_trl_over_runs"]["reward_diff"] == -0.25
     assert one["whetstone_vs_trl_over_runs"]["pass_diff"] == -1.0  # (0.5 + 0.5) - 2
     assert got["over_seeds"]["task_unit"]["reward_diff"] == -0.25
+    # ids without a rung are their own stratum: a pass share per side, summed over tasks
+    assert one["passes_by_stratum"]["a"] == {"tasks": 1, "whetstone": 0.5, "trl": 0.0}
+    assert one["passes_by_stratum"]["c"] == {"tasks": 1, "whetstone": 0.0, "trl": 1.0}
     assert "mean" not in got["over_seeds"]["seed_unit"]  # one seed: no interval
 
 

@@ -8,7 +8,8 @@ them: `trl_one_step-seed-<n>-trlseed<m>.json` (`trl_one_step.py --trl-seed`) and
 list and held-out set. Produces, for each seed with a rerun of either side, every run's
 held-out reward and passes, each side's rerun against its first run, and whetstone against
 TRL averaged over the runs each side has (each task's mean reward and pass share over a
-side's runs); then the same over those seeds, the task the unit and the seed the unit.
+side's runs), also as passes per domain and rung; then the same over those seeds, the task
+the unit and the seed the unit.
 Runs nothing.
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.vs_trl.vs_trl_report import mean_reward, paired, pass_rate  # noqa: E402
+from bench.vs_trl.vs_trl_report import mean_reward, paired, pass_rate, stratum  # noqa: E402
 from envs.stats import mean_difference, mean_interval  # noqa: E402
 
 RERUNS = {"trl": "trl_one_step-seed-{seed}-trlseed*.json",
@@ -61,6 +62,17 @@ def against(whet: tuple[dict, dict], trl: tuple[dict, dict]) -> dict:
     return out
 
 
+def strata(whet: tuple[dict, dict], trl: tuple[dict, dict]) -> dict[str, dict]:
+    """Each side's pass shares summed per domain and rung (`stratum`), over its runs."""
+    out: dict[str, dict] = {}
+    for side, (_, passes) in (("whetstone", whet), ("trl", trl)):
+        for task, share in passes.items():
+            key = out.setdefault(stratum(task), {"tasks": 0, "whetstone": 0.0, "trl": 0.0})
+            key[side] = round(key[side] + share, 2)
+            key["tasks"] += side == "trl"
+    return dict(sorted(out.items()))
+
+
 def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]]) -> dict:
     """One seed's runs, each side's reruns against its first run, and the sides compared."""
     return {
@@ -72,6 +84,7 @@ def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]]) -> dic
                            for side, rs in by_side.items()},
         "whetstone_vs_trl_over_runs": against(averaged(by_side["whetstone"]),
                                               averaged(by_side["trl"])),
+        "passes_by_stratum": strata(averaged(by_side["whetstone"]), averaged(by_side["trl"])),
     }
 
 
@@ -96,6 +109,7 @@ def build(folder: Path) -> dict:
     return {"folder": str(folder), "per_seed": seeds,
             "over_seeds": {"seeds": [s["seed"] for s in seeds],
                            "task_unit": against(pooled["whetstone"], pooled["trl"]),
+                           "passes_by_stratum": strata(pooled["whetstone"], pooled["trl"]),
                            "seed_unit": {"reward_diff": per_seed, **(
                                {"mean": round(unit[0], 4),
                                 "interval95": [round(unit[1], 4), round(unit[2], 4)]}
