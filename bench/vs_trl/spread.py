@@ -73,8 +73,10 @@ def strata(whet: tuple[dict, dict], trl: tuple[dict, dict]) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
-def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]]) -> dict:
-    """One seed's runs, each side's reruns against its first run, and the sides compared."""
+def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]],
+                mean: dict[str, tuple[dict, dict]]) -> dict:
+    """One seed's runs, each side's reruns against its first run, and the sides compared on
+    `mean` (each side's `averaged` runs)."""
     return {
         "seed": record["seed"],
         "runs": {side: [{"run": name, "reward": mean_reward(res), "pass_rate": pass_rate(res),
@@ -82,9 +84,8 @@ def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]]) -> dic
                         for name, res in rs] for side, rs in by_side.items()},
         "rerun_vs_first": {side: [paired(rs[0][1], res) for _, res in rs[1:]]
                            for side, rs in by_side.items()},
-        "whetstone_vs_trl_over_runs": against(averaged(by_side["whetstone"]),
-                                              averaged(by_side["trl"])),
-        "passes_by_stratum": strata(averaged(by_side["whetstone"]), averaged(by_side["trl"])),
+        "whetstone_vs_trl_over_runs": against(mean["whetstone"], mean["trl"]),
+        "passes_by_stratum": strata(mean["whetstone"], mean["trl"]),
     }
 
 
@@ -98,9 +99,10 @@ def build(folder: Path) -> dict:
         by_side = runs(folder, record)
         if all(len(r) == 1 for r in by_side.values()):
             continue
-        seeds.append(seed_spread(record, by_side))
+        mean = {side: averaged(rs) for side, rs in by_side.items()}
+        seeds.append(seed_spread(record, by_side, mean))
         for side, into in pooled.items():
-            for part, values in zip(into, averaged(by_side[side])):
+            for part, values in zip(into, mean[side]):
                 part.update({f"{record['seed']}:{t}": v for t, v in values.items()})
     if not seeds:
         raise FileNotFoundError(f"{folder}: no seed has a rerun file ({', '.join(RERUNS.values())})")
