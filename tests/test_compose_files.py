@@ -233,3 +233,13 @@ def _meta(node_dir) -> dict:
             return json.loads(r.read()).get("meta_cluster") or {}
     except (ValueError, OSError):
         return {}
+
+
+@pytest.mark.unit
+def test_every_compose_config_trains_until_the_stack_is_brought_down():
+    """The compose configs set no step cap: a service stack runs until `down`, and its tiny
+    model's groups carry no signal, so a cap (default.toml's 24 steps) would be spent on
+    renumbered versions within minutes and the learner would train nothing more (it once
+    left test_compose_cluster's last synthetic groups untrained at step 24)."""
+    for path in sorted((ROOT / "configs").glob("compose*.toml")):
+        assert load(path).training.max_steps == 0, path.name
