@@ -88,3 +88,33 @@ def test_whetstone_again_changes_only_the_sampling_seed_and_where_runs_go(tmp_pa
     assert (loaded.run.seed, loaded.run.draw_seed) == (1, 101)
     kept, errors = collect(loaded.envs, seed=loaded.run.seed, split="train")
     assert not errors and [t.task_id for t, _ in kept] == [t.task_id for t, _ in tasks[:5]]
+
+
+def test_whetstone_again_set_changes_the_named_setting_and_refuses_an_unknown_one(tmp_path):
+    """`--set section.key=JSON` changes that setting of the seed's config and nothing else; a
+    key the config lacks, or a value that is not JSON, is refused by name; `--set` without
+    `--tag` is refused (its runs must not pass for the config's own)."""
+    import argparse
+    import json
+
+    from bench.vs_trl.whetstone_again import parse, reseeded, setting
+    from runtime.config import RunConfig, dump, load
+
+    (tmp_path / "config.json").write_bytes(dump(RunConfig()))
+    (tmp_path / "work").mkdir()
+    change = setting("sampler.ladder_weights=[0.1, 0.2, 0.5, 0.5]")
+    again = reseeded(tmp_path / "config.json", 7, tmp_path / "work" / "runs", [change])
+    before = json.loads((tmp_path / "config.json").read_text())
+    after = json.loads(again.read_text())
+    assert load(again).sampler.ladder_weights == [0.1, 0.2, 0.5, 0.5]
+    before["sampler"]["ladder_weights"] = after["sampler"]["ladder_weights"]
+    assert {k: v for k, v in after.items() if k != "run"} == \
+        {k: v for k, v in before.items() if k != "run"}
+    with pytest.raises(KeyError, match="sampler.ladder_wieghts"):
+        reseeded(tmp_path / "config.json", 7, tmp_path / "work" / "runs",
+                 [setting("sampler.ladder_wieghts=[1]")])
+    with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
+        setting("sampler.ladder_weights=[0.1,")
+    with pytest.raises(SystemExit):
+        parse(["--seed-dir", "d", "--seed-file", "f", "--sampling-seed", "1", "--out", "o",
+               "--set", "sampler.replay_share=0.2"])

@@ -45,6 +45,28 @@ def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tm
     assert "mean" not in got["over_seeds"]["seed_unit"]  # one seed: no interval
 
 
+def test_a_tagged_variant_stands_alone_for_whetstone_and_is_left_out_untagged(tmp_path):
+    """`--tag`: whetstone's side is the variant's runs only (not the seed's first run, which
+    is the config's own), TRL's side is unchanged; untagged, the variant's file is left out."""
+    first = {"a": [0.1, "fail"], "b": [0.1, "fail"]}
+    trl = {"a": [1.0, "pass"], "b": [0.1, "fail"]}
+    variant = {"a": [1.0, "pass"], "b": [1.0, "pass"]}
+    (tmp_path / "seed-1.json").write_text(json.dumps(
+        {"seed": 1, "heldout": {"trl": trl, "whetstone": first}}))
+    _write(tmp_path, "whetstone_again-seed-1-samplingseed201-even.json", variant)
+    got = spread.build(tmp_path, "even")
+    assert got["tag"] == "even"
+    one = got["per_seed"][0]
+    assert [r["run"] for r in one["runs"]["whetstone"]] == [
+        "whetstone_again-seed-1-samplingseed201-even.json"]
+    assert one["whetstone_vs_trl_over_runs"]["pass_diff"] == 1.0  # 2 passes against 1
+    assert one["whetstone_vs_trl_over_runs"]["reward_diff"] == 0.45
+    with pytest.raises(FileNotFoundError, match="no seed has a rerun"):
+        spread.build(tmp_path)  # the variant is not a rerun of the config
+    with pytest.raises(FileNotFoundError, match="samplingseed<m>-other.json"):
+        spread.build(tmp_path, "other")
+
+
 def test_a_folder_without_reruns_is_refused_by_name(tmp_path):
     (tmp_path / "seed-1.json").write_text(json.dumps(
         {"seed": 1, "heldout": {"trl": {"a": [0.1, "fail"]}, "whetstone": {"a": [0.1, "fail"]}}}))
@@ -52,10 +74,10 @@ def test_a_folder_without_reruns_is_refused_by_name(tmp_path):
         spread.build(tmp_path)
 
 
-@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/spread.json")),
-                         ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("*/spread*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_every_committed_spread_recomputes_from_its_folder(path):
-    got = spread.build(path.parent)
+    got = spread.build(path.parent, json.loads(path.read_text()).get("tag", ""))
     assert {**got, "folder": ""} == {**json.loads(path.read_text()), "folder": ""}
 
 

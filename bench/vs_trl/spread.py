@@ -9,7 +9,8 @@ list and held-out set. Produces, for each seed with a rerun of either side, ever
 held-out reward and passes, each side's rerun against its first run, and whetstone against
 TRL averaged over the runs each side has (each task's mean reward and pass share over a
 side's runs), also as passes per domain and rung; then the same over those seeds, the task
-the unit and the seed the unit.
+the unit and the seed the unit. With `--tag`, whetstone's side is that variant's runs alone
+(`whetstone_again-seed-<n>-samplingseed<m>-<tag>.json`); untagged, tagged files are left out.
 Runs nothing.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -30,13 +32,25 @@ from envs.stats import mean_difference, mean_interval  # noqa: E402
 RERUNS = {"trl": "trl_one_step-seed-{seed}-trlseed*.json",
           "whetstone": "whetstone_again-seed-{seed}-samplingseed*.json"}
 "Each side's rerun files of a seed."
+_TAGGED = re.compile(r"-samplingseed\d+-(?P<tag>[\w.]+)\.json$")
 
 
-def runs(folder: Path, record: dict) -> dict[str, list[tuple[str, dict]]]:
-    """Each side's runs of the seed: (name, per-task results), the first run first."""
+def tag_of(path: Path) -> str:
+    """The variant tag of a whetstone rerun file ('' for the seed config's own runs)."""
+    found = _TAGGED.search(path.name)
+    return found["tag"] if found else ""
+
+
+def runs(folder: Path, record: dict, tag: str = "") -> dict[str, list[tuple[str, dict]]]:
+    """Each side's runs of the seed: (name, per-task results), the first run first. With
+    `tag`, whetstone's runs are that variant's reruns alone (its first run is the config's)."""
     out = {side: [("first", record["heldout"][side])] for side in RERUNS}
+    if tag:
+        out["whetstone"] = []
     for side, pattern in RERUNS.items():
         for path in sorted(folder.glob(pattern.format(seed=record["seed"]))):
+            if side == "whetstone" and tag_of(path) != tag:
+                continue
             out[side].append((path.name, json.loads(path.read_text())["heldout"]))
     return out
 
@@ -89,15 +103,15 @@ def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]],
     }
 
 
-def build(folder: Path) -> dict:
+def build(folder: Path, tag: str = "") -> dict:
     """Every seed with a rerun in `folder`, and the comparison over those seeds (a task of
-    seed s is `s:task`)."""
+    seed s is `s:task`). With `tag`, every seed with a run of that whetstone variant."""
     records = [json.loads(p.read_text()) for p in
                sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))]
     seeds, pooled = [], {side: ({}, {}) for side in RERUNS}
     for record in records:
-        by_side = runs(folder, record)
-        if all(len(r) == 1 for r in by_side.values()):
+        by_side = runs(folder, record, tag)
+        if not by_side["whetstone"] or (not tag and all(len(r) == 1 for r in by_side.values())):
             continue
         mean = {side: averaged(rs) for side, rs in by_side.items()}
         seeds.append(seed_spread(record, by_side, mean))
@@ -105,10 +119,12 @@ def build(folder: Path) -> dict:
             for part, values in zip(into, mean[side]):
                 part.update({f"{record['seed']}:{t}": v for t, v in values.items()})
     if not seeds:
-        raise FileNotFoundError(f"{folder}: no seed has a rerun file ({', '.join(RERUNS.values())})")
+        wanted = (f"whetstone_again-seed-<n>-samplingseed<m>-{tag}.json" if tag
+                  else ", ".join(RERUNS.values()))
+        raise FileNotFoundError(f"{folder}: no seed has a rerun file ({wanted})")
     per_seed = [s["whetstone_vs_trl_over_runs"]["reward_diff"] for s in seeds]
     unit = mean_interval(per_seed)
-    return {"folder": str(folder), "per_seed": seeds,
+    return {"folder": str(folder), **({"tag": tag} if tag else {}), "per_seed": seeds,
             "over_seeds": {"seeds": [s["seed"] for s in seeds],
                            "task_unit": against(pooled["whetstone"], pooled["trl"]),
                            "passes_by_stratum": strata(pooled["whetstone"], pooled["trl"]),
@@ -122,9 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("folder", help="a vs_trl result folder with rerun files")
     p.add_argument("--out", default="", help="write the JSON here (default: print it)")
+    p.add_argument("--tag", default="", help="whetstone's side: the runs of this variant "
+                                             "(whetstone_again.py --tag) instead of the config's")
     args = p.parse_args(argv)
     try:
-        result = build(Path(args.folder))
+        result = build(Path(args.folder), args.tag)
     except FileNotFoundError as exc:
         print(f"spread: {exc}", file=sys.stderr)
         return 2

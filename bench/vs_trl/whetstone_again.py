@@ -11,7 +11,9 @@ sampling take it, while `[run] seed` still generates the tasks (the list's ids) 
 held-out set. Evaluates its final policy with the same function on that set; writes its
 clocks (counted as `vs_trl.py` counts them), its held-out results and the seed file's sides
 beside them. Another whetstone run of a seed, to tell how far whetstone's own runs spread,
-as `trl_one_step.py --trl-seed` tells it for TRL. Does not run TRL again.
+as `trl_one_step.py --trl-seed` tells it for TRL. With `--set` and `--tag` (name the --out
+`whetstone_again-seed-<n>-samplingseed<m>-<tag>.json`) a variant of the seed's config runs
+instead: `spread.py --tag` compares its runs alone with TRL's. Does not run TRL again.
 """
 
 from __future__ import annotations
@@ -29,10 +31,30 @@ from bench.vs_trl import vs_trl, vs_trl_report  # noqa: E402
 from bench.vs_trl.vs_trl_whetstone import whetstone_side  # noqa: E402
 
 
-def reseeded(config: Path, sampling_seed: int, runs_dir: Path) -> Path:
-    """`config` with `[run] sampling_seed` and its runs under `runs_dir`, beside it."""
+def setting(text: str) -> tuple[list[str], object]:
+    """`section.key=JSON` (`sampler.ladder_weights=[0.1,0.2,0.5,0.5]`) as (path, value)."""
+    path, sep, value = text.partition("=")
+    if not sep or "." not in path:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: expected section.key=JSON value")
+    try:
+        return path.split("."), json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--set {text!r}: the value is not JSON ({exc})")
+
+
+def reseeded(config: Path, sampling_seed: int, runs_dir: Path,
+             settings: list[tuple[list[str], object]] = ()) -> Path:
+    """`config` with `[run] sampling_seed`, `settings` changed (each key must exist) and its
+    runs under `runs_dir`, beside it."""
     values = json.loads(config.read_text())
     values["run"].update(sampling_seed=sampling_seed, runs_dir=str(runs_dir))
+    for path, value in settings:
+        table = values
+        for key in path[:-1]:
+            table = table[key]
+        if path[-1] not in table:
+            raise KeyError(f"--set {'.'.join(path)}: {config} has no such setting")
+        table[path[-1]] = value
     path = runs_dir.parent / "config.json"
     path.write_text(json.dumps(values, indent=1))
     return path
@@ -41,9 +63,10 @@ def reseeded(config: Path, sampling_seed: int, runs_dir: Path) -> Path:
 def main(args: argparse.Namespace) -> int:
     seed_dir, out = Path(args.seed_dir), Path(args.out)
     record = json.loads(Path(args.seed_file).read_text())
-    work = seed_dir / f"whetstone_sampling{args.sampling_seed}"
+    work = seed_dir / (f"whetstone_sampling{args.sampling_seed}"
+                       + (f"-{args.tag}" if args.tag else ""))
     work.mkdir(exist_ok=True)
-    config = reseeded(seed_dir / "config.json", args.sampling_seed, work / "runs")
+    config = reseeded(seed_dir / "config.json", args.sampling_seed, work / "runs", args.set)
     run = vs_trl.run_child(f"whetstone, sampling seed {args.sampling_seed}",
                            ["-m", "runtime.cli", "up", "--config", str(config)],
                            work / "whetstone.log")
@@ -61,6 +84,7 @@ def main(args: argparse.Namespace) -> int:
     first = record["heldout"]["whetstone"]
     result = {
         "seed": record["seed"], "sampling_seed": args.sampling_seed, "seed_file": args.seed_file,
+        "tag": args.tag, "settings": {".".join(path): value for path, value in args.set},
         "updates": whet["updates"], "samples": whet["samples"],
         "trained_outside_list": whet["trained_outside_list"],
         "clocks": vs_trl.side_clocks(run, whet["sandbox_cpu_s"], ev["clocks"], whet["training"]),
@@ -88,8 +112,16 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sampling-seed", type=int, required=True,
                    help="whetstone's [run] sampling_seed for this run (its draws and sampling)")
     p.add_argument("--out", required=True, help="the JSON this writes")
+    p.add_argument("--set", type=setting, action="append", default=[], metavar="KEY=JSON",
+                   help="change one setting of the seed's config (repeatable), as "
+                        "sampler.ladder_weights=[0.1,0.2,0.5,0.5]; give the run a --tag")
+    p.add_argument("--tag", default="", help="the variant's name: the work folder and spread.py "
+                                             "tell its runs apart by it")
     p.add_argument("--threads", type=int, default=2)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.set and not args.tag:
+        p.error("--set needs --tag: a variant's runs must not pass for the config's own")
+    return args
 
 
 if __name__ == "__main__":
