@@ -4,7 +4,8 @@ Consumes a seed's work folder of `vs_trl.py` (`--work-dir`/seed-<n>): its `train
 `config.json` and whetstone's run store (`runs/<id>/nats/jetstream`, read from a copy through a
 private nats-server). Produces JSON: for the list, for TRL's rows (rebuilt by `draw_order` from
 the list in its order and the seed, as vs_trl_grpo draws them) and for whetstone's judged
-training groups: groups per domain and rung and distinct tasks. It changes nothing; TRL's
+training groups: groups per domain and rung and distinct tasks, and whetstone's groups with
+signal (rewards not all equal) per domain and rung. It changes nothing; TRL's
 rows are rebuilt, not read: they are what TRL drew where this code's `draw_order` is the one
 that ran (the distinct counts equal trl.json's `tasks_drawn`; runs before MixDraw drew each
 row's domain by a weighted coin, and draws.py at 1596889 rebuilds those).
@@ -45,17 +46,20 @@ def tally(groups: list[str]) -> dict:
             "distinct_by_stratum": dict(sorted(Counter(stratum(t) for t in set(groups)).items()))}
 
 
-def whetstone_groups(seed_dir: Path) -> dict[str, tuple[str, str]]:
-    """Every judged training group of the seed's whetstone run: its (task id, domain)."""
+def whetstone_groups(seed_dir: Path) -> tuple[dict[str, tuple[str, str]], list[str]]:
+    """Every judged training group of the seed's whetstone run: its (task id, domain); and
+    the task ids of the groups with signal (rewards not all equal)."""
     stores = sorted(seed_dir.glob("runs/*/nats/jetstream"))
     if not stores:
         sys.exit(f"draws: no run store under {seed_dir}/runs/*/nats/jetstream")
     seen: dict[str, tuple[str, str]] = {}
+    rewards: dict[str, set[float]] = {}
     for verdict in stored_verdicts(stores[-1]):
         attempt = verdict.attempt
         if attempt.purpose == "train":
             seen.setdefault(attempt.group_id, (attempt.task.task_id, attempt.task.domain))
-    return seen
+            rewards.setdefault(attempt.group_id, set()).add(float(verdict.reward))
+    return seen, [seen[g][0] for g, r in rewards.items() if len(r) > 1]
 
 
 def trl_rows(seed_dir: Path, ids: list[str], domains: dict[str, str]) -> list[str]:
@@ -86,11 +90,13 @@ def main() -> None:
                          + (f" --out {args.out}" if args.out else ""), "seeds": {}}
     for seed_dir in args.seed_dirs:
         ids = (seed_dir / "train_ids.txt").read_text().split()
-        groups = whetstone_groups(seed_dir)
+        groups, with_signal = whetstone_groups(seed_dir)
         domains = {task_id.split("/", 1)[0]: domain for task_id, domain in groups.values()}
         result["seeds"][seed_dir.name] = {
             "list": tally(ids), "trl_rows": tally(trl_rows(seed_dir, ids, domains)),
-            "whetstone_groups": tally([task_id for task_id, _ in groups.values()])}
+            "whetstone_groups": tally([task_id for task_id, _ in groups.values()]),
+            "whetstone_groups_with_signal": dict(sorted(Counter(
+                stratum(t) for t in with_signal).items()))}
     text = json.dumps(result, indent=1) + "\n"
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
