@@ -113,6 +113,9 @@ def test_whetstone_again_set_changes_the_named_setting_and_refuses_an_unknown_on
     with pytest.raises(KeyError, match="sampler.ladder_wieghts"):
         reseeded(tmp_path / "config.json", 7, tmp_path / "work" / "runs",
                  [setting("sampler.ladder_wieghts=[1]")])
+    with pytest.raises(KeyError, match="samplr.ladder_weights"):
+        reseeded(tmp_path / "config.json", 7, tmp_path / "work" / "runs",
+                 [setting("samplr.ladder_weights=[1]")])
     with pytest.raises(argparse.ArgumentTypeError, match="not JSON"):
         setting("sampler.ladder_weights=[0.1,")
     with pytest.raises(SystemExit):

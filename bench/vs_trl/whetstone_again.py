@@ -51,8 +51,8 @@ def reseeded(config: Path, sampling_seed: int, runs_dir: Path,
     for path, value in settings:
         table = values
         for key in path[:-1]:
-            table = table[key]
-        if path[-1] not in table:
+            table = table.get(key) if isinstance(table, dict) else None
+        if not isinstance(table, dict) or path[-1] not in table:
             raise KeyError(f"--set {'.'.join(path)}: {config} has no such setting")
         table[path[-1]] = value
     path = runs_dir.parent / "config.json"
