@@ -29,7 +29,7 @@ def test_a_variant_that_gains_significantly_becomes_the_default_and_the_table_sh
     result(tmp_path, "default", [False] * 20, base)
     result(tmp_path, "step", [False] * 20, [True] * 10 + [False] * 2 + [True] * 8)
     result(tmp_path, "no_repair", [False] * 20, [True] + base[1:])
-    text = credit_table.ablation_table.table(tmp_path, 8)
+    text = credit_table.ablation_table.table(tmp_path, 8).split("\n\n")[0]  # the first table
     rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "0.400 (" in rows["default"] and "0.900 (" in rows["step"]
     assert "+0.500 (+10/-0, p=0.002)" in rows["step"]
@@ -76,3 +76,24 @@ def test_the_ablation_table_sets_a_warm_start_alone_against_its_base_at_both_rou
     assert "against default at v8 (100 CPU-s for the whole run): +0.300 (+3/-0, p=0.250)" in line
     result(tmp_path, "warmstart", [True] * 10, [True] * 10)  # no record: no line
     assert "warmstart: " not in credit_table.ablation_table.table(tmp_path, 8)
+
+
+def test_the_ablation_table_gives_each_runs_passes_per_domain_and_rung(tmp_path):
+    """The second table: per run, passes at v0 and at the last round for each domain and
+    rung read from the task ids, so a run stuck at nothing in one stratum shows."""
+    def write(variant, seed, v0, v8):
+        def tasks(passes):
+            return {f"{d}/v1-L{r}-{i}": {"outcome": "pass" if p else "fail", "reward": float(p)}
+                    for (d, r, i), p in passes.items()}
+        (tmp_path / f"{variant}-s{seed}.json").write_text(json.dumps({
+            "variant": variant, "seed": seed, "samples_trained": 1, "cpu_s": 1.0,
+            "tasks": {"0": tasks(v0), "8": tasks(v8)}, "rounds": {}}))
+    ids = [("data", 0, "a"), ("data", 0, "b"), ("data", 1, "c"), ("json", 0, "d")]
+    write("default", 0, dict.fromkeys(ids, False), {ids[0]: True, ids[1]: True, ids[2]: False,
+                                                     ids[3]: True})
+    write("default", 1, {ids[0]: True, **dict.fromkeys(ids[1:], False)},
+          dict.fromkeys(ids, False))
+    text = credit_table.ablation_table.table(tmp_path, 8)
+    assert "| variant | seed | data L0 | data L1 | json L0 |" in text
+    assert "| default | 0 | 0 -> 2 of 2 | 0 -> 0 of 1 | 0 -> 1 of 1 |" in text
+    assert "| default | 1 | 1 -> 0 of 2 | 0 -> 0 of 1 | 0 -> 0 of 1 |" in text

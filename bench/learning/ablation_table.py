@@ -6,7 +6,8 @@ the last round with its 95% Wilson interval over tasks, the paired change since 
 and against its base's runs of the same seeds at the last round (tasks gained and lost,
 exact sign-test p: `envs.stats`), mean reward at the last round and its paired difference
 from the base's (95% interval), mean samples trained and mean whole-stack CPU seconds per
-run; a warm-start variant adds a line on the warm start alone. A result's `base` names the
+run; a warm-start variant adds a line on the warm start alone; a second table gives each
+run's passes per domain and rung at both rounds. A result's `base` names the
 variant whose runs are the default it changed one factor of (the default changed once: runs
 before it have base `trunc_judged`). It runs nothing and decides nothing.
 """
@@ -17,6 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
+from bench.vs_trl.vs_trl_report import stratum
 from envs.stats import Counts, estimate, mean_difference, paired_change
 
 
@@ -91,6 +93,28 @@ def warm_lines(results: dict[str, list[dict]], last: str) -> list[str]:
     return out
 
 
+def strata_lines(results: dict[str, list[dict]], last: str) -> list[str]:
+    """A second table: each run's passes per domain and rung (`stratum`), at version 0 and
+    at `last`, out of the stratum's tasks; runs of one setting can land in different modes
+    (one domain's rung passing from nothing or not at all), which the pooled rows hide."""
+    keys = sorted({stratum(t) for runs in results.values() for r in runs
+                   for t in r["tasks"].get(last, {})})
+    if not keys:
+        return []
+    out = ["", f"Passes per domain and rung, each run: v0 -> v{last} of the stratum's tasks.", "",
+           "| variant | seed | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
+    for name in sorted(results, key=lambda n: (n != "default", n)):
+        for run in results[name]:
+            cells = []
+            for key in keys:
+                end = {t: g for t, g in run["tasks"].get(last, {}).items() if stratum(t) == key}
+                start = {t: g for t, g in run["tasks"].get("0", {}).items() if stratum(t) == key}
+                cells.append(f"{sum(g['outcome'] == 'pass' for g in start.values())} -> "
+                             f"{sum(g['outcome'] == 'pass' for g in end.values())} of {len(end)}")
+            out.append(f"| {name} | {run['seed']} | " + " | ".join(cells) + " |")
+    return out
+
+
 def table(folder: Path, steps: int) -> str:
     """The markdown table of every variant with results in `folder`, default first."""
     results = load_results(folder)
@@ -127,4 +151,5 @@ def table(folder: Path, steps: int) -> str:
                  "Base: the default the variant changed one factor of (truncated answers "
                  "scored as failures since a0648e7; judged on their text before, "
                  "`trunc_judged`).")
+    lines += strata_lines(results, last)
     return "\n".join(lines)
