@@ -15,8 +15,12 @@ pytestmark = pytest.mark.unit
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "vs_trl" / "results"
 
 
-def _write(folder: Path, name: str, heldout: dict) -> None:
-    (folder / name).write_text(json.dumps({"heldout": heldout}))
+def _clocks(cpu_s: float) -> dict:
+    return {"clocks": {"whole_run": {"cpu_s": cpu_s}}}
+
+
+def _write(folder: Path, name: str, heldout: dict, cpu_s: float = 100.0) -> None:
+    (folder / name).write_text(json.dumps({"heldout": heldout, **_clocks(cpu_s)}))
 
 
 def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tmp_path):
@@ -27,8 +31,9 @@ def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tm
     trl = {"a": [0.1, "fail"], "b": [1.0, "pass"], "c": [1.0, "pass"]}
     for seed in (1, 2):
         (tmp_path / f"seed-{seed}.json").write_text(json.dumps(
-            {"seed": seed, "heldout": {"trl": trl, "whetstone": first}}))
-    _write(tmp_path, "whetstone_again-seed-1-samplingseed101.json", again)
+            {"seed": seed, "heldout": {"trl": trl, "whetstone": first},
+             "trl": _clocks(400.0), "whetstone": _clocks(150.0)}))
+    _write(tmp_path, "whetstone_again-seed-1-samplingseed101.json", again, 250.0)
     got = spread.build(tmp_path)
     assert [s["seed"] for s in got["per_seed"]] == [1]
     one = got["per_seed"][0]
@@ -43,6 +48,11 @@ def test_sides_are_averaged_over_their_runs_and_seeds_without_reruns_left_out(tm
     assert one["passes_by_stratum"]["a"] == {"tasks": 1, "whetstone": 0.5, "trl": 0.0}
     assert one["passes_by_stratum"]["c"] == {"tasks": 1, "whetstone": 0.0, "trl": 1.0}
     assert "mean" not in got["over_seeds"]["seed_unit"]  # one seed: no interval
+    # whetstone's averaged reward 0.45 is below TRL's 0.7: not reached, whatever the CPU
+    assert one["reach_over_runs"] == {"reward": {"trl": 0.7, "whetstone": 0.45},
+                                      "whole_run_cpu_s": {"trl": 400.0, "whetstone": 200.0},
+                                      "reached": False, "ratio": None}
+    assert got["over_seeds"]["reach"]["seeds_reached"] == []
 
 
 def test_a_tagged_variant_stands_alone_for_whetstone_and_is_left_out_untagged(tmp_path):
@@ -52,8 +62,9 @@ def test_a_tagged_variant_stands_alone_for_whetstone_and_is_left_out_untagged(tm
     trl = {"a": [1.0, "pass"], "b": [0.1, "fail"]}
     variant = {"a": [1.0, "pass"], "b": [1.0, "pass"]}
     (tmp_path / "seed-1.json").write_text(json.dumps(
-        {"seed": 1, "heldout": {"trl": trl, "whetstone": first}}))
-    _write(tmp_path, "whetstone_again-seed-1-samplingseed201-even.json", variant)
+        {"seed": 1, "heldout": {"trl": trl, "whetstone": first},
+         "trl": _clocks(400.0), "whetstone": _clocks(150.0)}))
+    _write(tmp_path, "whetstone_again-seed-1-samplingseed201-even.json", variant, 100.0)
     got = spread.build(tmp_path, "even")
     assert got["tag"] == "even"
     one = got["per_seed"][0]
@@ -61,6 +72,9 @@ def test_a_tagged_variant_stands_alone_for_whetstone_and_is_left_out_untagged(tm
         "whetstone_again-seed-1-samplingseed201-even.json"]
     assert one["whetstone_vs_trl_over_runs"]["pass_diff"] == 1.0  # 2 passes against 1
     assert one["whetstone_vs_trl_over_runs"]["reward_diff"] == 0.45
+    # the variant's 1.0 reaches TRL's 0.55 at its own CPU alone: 100 of TRL's 400
+    assert one["reach_over_runs"]["reached"] and one["reach_over_runs"]["ratio"] == 0.25
+    assert got["over_seeds"]["reach"]["seeds_reached"] == [1]
     with pytest.raises(FileNotFoundError, match="no seed has a rerun"):
         spread.build(tmp_path)  # the variant is not a rerun of the config
     with pytest.raises(FileNotFoundError, match="samplingseed<m>-other.json"):
@@ -69,7 +83,8 @@ def test_a_tagged_variant_stands_alone_for_whetstone_and_is_left_out_untagged(tm
 
 def test_a_folder_without_reruns_is_refused_by_name(tmp_path):
     (tmp_path / "seed-1.json").write_text(json.dumps(
-        {"seed": 1, "heldout": {"trl": {"a": [0.1, "fail"]}, "whetstone": {"a": [0.1, "fail"]}}}))
+        {"seed": 1, "heldout": {"trl": {"a": [0.1, "fail"]}, "whetstone": {"a": [0.1, "fail"]}},
+         "trl": _clocks(400.0), "whetstone": _clocks(150.0)}))
     with pytest.raises(FileNotFoundError, match="no seed has a rerun"):
         spread.build(tmp_path)
 

@@ -8,8 +8,10 @@ them: `trl_one_step-seed-<n>-trlseed<m>.json` (`trl_one_step.py --trl-seed`) and
 list and held-out set. Produces, for each seed with a rerun of either side, every run's
 held-out reward and passes, each side's rerun against its first run, and whetstone against
 TRL averaged over the runs each side has (each task's mean reward and pass share over a
-side's runs), also as passes per domain and rung; then the same over those seeds, the task
-the unit and the seed the unit. With `--tag`, whetstone's side is that variant's runs alone
+side's runs), also as passes per domain and rung, and whether whetstone's averaged reward
+reaches TRL's, with the ratio of their mean whole-run CPU (issue 22's reach, at most this:
+the runs have no earlier rounds); then the same over those seeds, the task the unit and the
+seed the unit (CPU summed over seeds). With `--tag`, whetstone's side is that variant's runs alone
 (`whetstone_again-seed-<n>-samplingseed<m>-<tag>.json`); untagged, tagged files are left out.
 Runs nothing.
 """
@@ -41,26 +43,32 @@ def tag_of(path: Path) -> str:
     return found["tag"] if found else ""
 
 
-def runs(folder: Path, record: dict, tag: str = "") -> dict[str, list[tuple[str, dict]]]:
-    """Each side's runs of the seed: (name, per-task results), the first run first. With
-    `tag`, whetstone's runs are that variant's reruns alone (its first run is the config's)."""
-    out = {side: [("first", record["heldout"][side])] for side in RERUNS}
+Run = tuple[str, dict, float]
+"A side's run of a seed: its name, its per-task results and its whole-run CPU seconds."
+
+
+def runs(folder: Path, record: dict, tag: str = "") -> dict[str, list[Run]]:
+    """Each side's runs of the seed, the first run first. With `tag`, whetstone's runs are
+    that variant's reruns alone (its first run is the config's)."""
+    out = {side: [("first", record["heldout"][side],
+                   record[side]["clocks"]["whole_run"]["cpu_s"])] for side in RERUNS}
     if tag:
         out["whetstone"] = []
     for side, pattern in RERUNS.items():
         for path in sorted(folder.glob(pattern.format(seed=record["seed"]))):
             if side == "whetstone" and tag_of(path) != tag:
                 continue
-            out[side].append((path.name, json.loads(path.read_text())["heldout"]))
+            got = json.loads(path.read_text())
+            out[side].append((path.name, got["heldout"], got["clocks"]["whole_run"]["cpu_s"]))
     return out
 
 
-def averaged(side_runs: list[tuple[str, dict]]) -> tuple[dict, dict]:
+def averaged(side_runs: list[Run]) -> tuple[dict, dict]:
     """Each task's mean reward and pass share over a side's runs (tasks every run scored)."""
     tasks = set.intersection(*({t for t, (r, _) in res.items() if r is not None}
-                               for _, res in side_runs))
-    reward = {t: statistics.mean(res[t][0] for _, res in side_runs) for t in tasks}
-    passes = {t: statistics.mean(res[t][1] == "pass" for _, res in side_runs) for t in tasks}
+                               for _, res, _ in side_runs))
+    reward = {t: statistics.mean(res[t][0] for _, res, _ in side_runs) for t in tasks}
+    passes = {t: statistics.mean(res[t][1] == "pass" for _, res, _ in side_runs) for t in tasks}
     return reward, passes
 
 
@@ -87,20 +95,39 @@ def strata(whet: tuple[dict, dict], trl: tuple[dict, dict]) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
-def seed_spread(record: dict, by_side: dict[str, list[tuple[str, dict]]],
+def reach(rewards: dict[str, dict], cpu: dict[str, float]) -> dict:
+    """Whether whetstone's averaged held-out reward (`rewards`: each side's per-task means)
+    reaches TRL's, and if so the ratio of their mean whole-run CPU seconds (`cpu`). The runs
+    have no earlier rounds, so whetstone's CPU is its whole run's: the ratio is at most this."""
+    got = {side: statistics.mean(r.values()) for side, r in rewards.items()}
+    reached = got["whetstone"] >= got["trl"]
+    return {"reward": {side: round(v, 4) for side, v in got.items()},
+            "whole_run_cpu_s": {side: round(v, 1) for side, v in cpu.items()},
+            "reached": reached,
+            "ratio": round(cpu["whetstone"] / cpu["trl"], 3) if reached else None}
+
+
+def seed_spread(record: dict, by_side: dict[str, list[Run]],
                 mean: dict[str, tuple[dict, dict]]) -> dict:
     """One seed's runs, each side's reruns against its first run, and the sides compared on
-    `mean` (each side's `averaged` runs)."""
+    `mean` (each side's `averaged` runs), also as `reach` over the runs."""
     return {
         "seed": record["seed"],
         "runs": {side: [{"run": name, "reward": mean_reward(res), "pass_rate": pass_rate(res),
-                         "passes": sum(o == "pass" for _, o in res.values())}
-                        for name, res in rs] for side, rs in by_side.items()},
-        "rerun_vs_first": {side: [paired(rs[0][1], res) for _, res in rs[1:]]
+                         "passes": sum(o == "pass" for _, o in res.values()),
+                         "whole_run_cpu_s": cpu}
+                        for name, res, cpu in rs] for side, rs in by_side.items()},
+        "rerun_vs_first": {side: [paired(rs[0][1], res) for _, res, _ in rs[1:]]
                            for side, rs in by_side.items()},
         "whetstone_vs_trl_over_runs": against(mean["whetstone"], mean["trl"]),
+        "reach_over_runs": reach({side: m[0] for side, m in mean.items()}, mean_cpu(by_side)),
         "passes_by_stratum": strata(mean["whetstone"], mean["trl"]),
     }
+
+
+def mean_cpu(by_side: dict[str, list[Run]]) -> dict[str, float]:
+    """Each side's mean whole-run CPU seconds over its runs."""
+    return {side: statistics.mean(cpu for _, _, cpu in rs) for side, rs in by_side.items()}
 
 
 def build(folder: Path, tag: str = "") -> dict:
@@ -109,12 +136,15 @@ def build(folder: Path, tag: str = "") -> dict:
     records = [json.loads(p.read_text()) for p in
                sorted(folder.glob("seed-*.json"), key=lambda p: int(p.stem.split("-")[1]))]
     seeds, pooled = [], {side: ({}, {}) for side in RERUNS}
+    cpu = {side: 0.0 for side in RERUNS}
     for record in records:
         by_side = runs(folder, record, tag)
         if not by_side["whetstone"] or (not tag and all(len(r) == 1 for r in by_side.values())):
             continue
         mean = {side: averaged(rs) for side, rs in by_side.items()}
         seeds.append(seed_spread(record, by_side, mean))
+        for side, seconds in mean_cpu(by_side).items():
+            cpu[side] += seconds
         for side, into in pooled.items():
             for part, values in zip(into, mean[side]):
                 part.update({f"{record['seed']}:{t}": v for t, v in values.items()})
@@ -128,6 +158,9 @@ def build(folder: Path, tag: str = "") -> dict:
             "over_seeds": {"seeds": [s["seed"] for s in seeds],
                            "task_unit": against(pooled["whetstone"], pooled["trl"]),
                            "passes_by_stratum": strata(pooled["whetstone"], pooled["trl"]),
+                           "reach": {**reach({side: p[0] for side, p in pooled.items()}, cpu),
+                                     "seeds_reached": [s["seed"] for s in seeds
+                                                       if s["reach_over_runs"]["reached"]]},
                            "seed_unit": {"reward_diff": per_seed, **(
                                {"mean": round(unit[0], 4),
                                 "interval95": [round(unit[1], 4), round(unit[2], 4)]}
