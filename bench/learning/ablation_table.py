@@ -97,21 +97,28 @@ def strata_lines(results: dict[str, list[dict]], last: str) -> list[str]:
     """A second table: each run's passes per domain and rung (`stratum`), at version 0 and
     at `last`, out of the stratum's tasks; runs of one setting can land in different modes
     (one domain's rung passing from nothing or not at all), which the pooled rows hide."""
-    keys = sorted({stratum(t) for runs in results.values() for r in runs
-                   for t in r["tasks"].get(last, {})})
+    def passes(tasks: dict[str, dict]) -> dict[str, list[int]]:
+        """[passes, tasks] per stratum."""
+        out: dict[str, list[int]] = {}
+        for task, got in tasks.items():
+            count = out.setdefault(stratum(task), [0, 0])
+            count[0] += got["outcome"] == "pass"
+            count[1] += 1
+        return out
+
+    tallies = {(name, run["seed"]): (passes(run["tasks"].get("0", {})),
+                                     passes(run["tasks"].get(last, {})))
+               for name in sorted(results, key=lambda n: (n != "default", n))
+               for run in results[name]}
+    keys = sorted({key for _, end in tallies.values() for key in end})
     if not keys:
         return []
     out = ["", f"Passes per domain and rung, each run: v0 -> v{last} of the stratum's tasks.", "",
            "| variant | seed | " + " | ".join(keys) + " |", "|---|---|" + "---|" * len(keys)]
-    for name in sorted(results, key=lambda n: (n != "default", n)):
-        for run in results[name]:
-            cells = []
-            for key in keys:
-                end = {t: g for t, g in run["tasks"].get(last, {}).items() if stratum(t) == key}
-                start = {t: g for t, g in run["tasks"].get("0", {}).items() if stratum(t) == key}
-                cells.append(f"{sum(g['outcome'] == 'pass' for g in start.values())} -> "
-                             f"{sum(g['outcome'] == 'pass' for g in end.values())} of {len(end)}")
-            out.append(f"| {name} | {run['seed']} | " + " | ".join(cells) + " |")
+    for (name, seed), (start, end) in tallies.items():
+        cells = [f"{start.get(key, [0])[0]} -> {end.get(key, [0, 0])[0]} of "
+                 f"{end.get(key, [0, 0])[1]}" for key in keys]
+        out.append(f"| {name} | {seed} | " + " | ".join(cells) + " |")
     return out
 
 

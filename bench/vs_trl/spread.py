@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench.vs_trl.vs_trl_report import mean_reward, paired, pass_rate, stratum  # noqa: E402
+from bench.vs_trl.vs_trl_report import mean_reward, paired, pass_rate, ratio, stratum  # noqa: E402
 from envs.stats import mean_difference, mean_interval  # noqa: E402
 
 RERUNS = {"trl": "trl_one_step-seed-{seed}-trlseed*.json",
@@ -104,13 +104,14 @@ def reach(rewards: dict[str, dict], cpu: dict[str, float]) -> dict:
     return {"reward": {side: round(v, 4) for side, v in got.items()},
             "whole_run_cpu_s": {side: round(v, 1) for side, v in cpu.items()},
             "reached": reached,
-            "ratio": round(cpu["whetstone"] / cpu["trl"], 3) if reached else None}
+            "ratio": ratio(cpu["whetstone"], cpu["trl"]) if reached else None}
 
 
 def seed_spread(record: dict, by_side: dict[str, list[Run]],
-                mean: dict[str, tuple[dict, dict]]) -> dict:
+                mean: dict[str, tuple[dict, dict]], cpu: dict[str, float]) -> dict:
     """One seed's runs, each side's reruns against its first run, and the sides compared on
-    `mean` (each side's `averaged` runs), also as `reach` over the runs."""
+    `mean` (each side's `averaged` runs), also as `reach` over the runs (`cpu`: each side's
+    `mean_cpu`)."""
     return {
         "seed": record["seed"],
         "runs": {side: [{"run": name, "reward": mean_reward(res), "pass_rate": pass_rate(res),
@@ -120,7 +121,7 @@ def seed_spread(record: dict, by_side: dict[str, list[Run]],
         "rerun_vs_first": {side: [paired(rs[0][1], res) for _, res, _ in rs[1:]]
                            for side, rs in by_side.items()},
         "whetstone_vs_trl_over_runs": against(mean["whetstone"], mean["trl"]),
-        "reach_over_runs": reach({side: m[0] for side, m in mean.items()}, mean_cpu(by_side)),
+        "reach_over_runs": reach({side: m[0] for side, m in mean.items()}, cpu),
         "passes_by_stratum": strata(mean["whetstone"], mean["trl"]),
     }
 
@@ -142,8 +143,9 @@ def build(folder: Path, tag: str = "") -> dict:
         if not by_side["whetstone"] or (not tag and all(len(r) == 1 for r in by_side.values())):
             continue
         mean = {side: averaged(rs) for side, rs in by_side.items()}
-        seeds.append(seed_spread(record, by_side, mean))
-        for side, seconds in mean_cpu(by_side).items():
+        seed_cpu = mean_cpu(by_side)
+        seeds.append(seed_spread(record, by_side, mean, seed_cpu))
+        for side, seconds in seed_cpu.items():
             cpu[side] += seconds
         for side, into in pooled.items():
             for part, values in zip(into, mean[side]):
