@@ -116,8 +116,8 @@ VARIANTS: dict[str, dict[str, dict]] = {
     "master_from_checkpoint": {"learner": {"master_from_checkpoint": True}},
     # issue 22: the rung above the frontier drawn as often as the frontier (the default draws
     # it 2 in 7 while the frontier stays on rung 0, as it does all of a short run): in
-    # bench/vs_trl's first runs of six seeds rung 1 made 52 of whetstone's 215 training groups
-    # and 87 of TRL's 192 rows (results/short_lean_mb2_default_trl1/draws.json)
+    # bench/vs_trl's first runs whetstone drew rung 1 for fewer groups than TRL's rows on five
+    # of six seeds (results/short_lean_mb2_default_trl1/draws.json)
     "ladder_even_above": {"sampler": {"ladder_weights": [0.1, 0.2, 0.5, 0.5]}},
     # the default since master_from_checkpoint's result (its runs above were against the
     # default of then, false): DeepSpeed's own start, the master weights on the bf16 grid
