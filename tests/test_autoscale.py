@@ -7,6 +7,7 @@ import json
 import math
 import re
 
+import anyio
 import pytest
 
 from bus import subjects
@@ -106,15 +107,22 @@ async def test_probes_scale_up_under_a_backlog_and_down_when_idle(bus, make_stac
     assert sorted(d.request.request_id for d in done) == sorted(f"r{i}" for i in range(60))
     assert {"probe-2", "probe-3"} <= {d.executor for d in done}, "new instances took work"
 
-    async def back_to_one():
-        snap = await status_mod.gather(bus)
-        return snap if snap.live("probe") == 1 and not any(
-            a.kind == "probe" and a.state == "stopping" for a in snap.actors) else None
+    def scaled_steps() -> list[tuple[int, int]]:
+        tail = stack.whet("tail", "--no-follow", "--json", "--event", "autoscale.scaled")
+        return [(e["fields"]["before"], e["fields"]["after"])
+                for e in map(json.loads, tail.stdout.splitlines())]
 
-    await wait_for(back_to_one, 40, "scaled back down to one probe")
+    async def back_to_one():
+        """Events reach the stream after the scale they report (the supervisor forwards its
+        log asynchronously), so both the count and the event log are waited on."""
+        snap = await status_mod.gather(bus)
+        if snap.live("probe") != 1 or any(a.kind == "probe" and a.state in ("stopping", "dead")
+                                          for a in snap.actors):
+            return None
+        steps = await anyio.to_thread.run_sync(scaled_steps)
+        return steps if steps and steps[-1] == (2, 1) else None
+
+    steps = await wait_for(back_to_one, 40, "scaled back down to one probe, and logged")
     (state,) = await bus.stream_states([subjects.STREAM_EXEC_DONE])
     assert state.messages == 60
-    tail = stack.whet("tail", "--no-follow", "--json", "--event", "autoscale.scaled")
-    steps = [(e["fields"]["before"], e["fields"]["after"])
-             for e in map(json.loads, tail.stdout.splitlines())]
-    assert steps[0] == (1, 3) and steps[-1] == (2, 1), steps
+    assert steps[0] == (1, 3), steps
