@@ -55,7 +55,7 @@ def scale(
                 return
             with anyio.move_on_after(wait):
                 while True:
-                    snap = await status_mod.gather(bus)
+                    snap = await status_mod.gather_patiently(bus)
                     if all(snap.live(k) == n for k, n in wanted.items()):
                         typer.echo("running " + " ".join(f"{k}={snap.live(k)}" for k in wanted))
                         return

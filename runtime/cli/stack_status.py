@@ -5,7 +5,8 @@ version, the dead-letter count, the monitor's latest `MetricsSnapshot` (KV, when
 runs), the evaluator's newest `EvalRound` (KV, when one was reported) and the
 `ActorFailure`s of kinds whose crash loop stopped the stack; produces a `StackStatus` value
 (with the judges' tool calls tallied), rendered as tables or JSON by the CLI. An actor
-whose last beat is older than three of its intervals is shown as `dead`. It changes nothing.
+whose last beat is older than three of its intervals is shown as `dead`. `gather_patiently`
+asks again through a brief outage (`bus.nats_retry.retry`). It changes nothing.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import msgspec
 from bus import subjects
 from bus.messages import ActorFailure, EvalRound, EvaluatorState, Heartbeat, MetricsSnapshot, WeightVersion
 from bus.nats_bus import Bus
+from bus.nats_retry import retry
 from runtime.stack.tool_tally import ToolTally, tally
 
 @dataclass
@@ -127,6 +129,22 @@ async def gather(bus: Bus, *, include_stopped: bool = False) -> StackStatus:
                        failing=sorted(failing.values(), key=lambda f: f.kind),
                        heldout=await latest_round(bus),
                        tools=tally(r.stats for r in rows if r.kind == "judge"))
+
+
+READ_DEADLINE_S = 30.0
+"How long `gather_patiently` asks again before it says the bus is out of reach."
+
+
+async def gather_patiently(bus: Bus, *, include_stopped: bool = False,
+                           deadline_s: float = READ_DEADLINE_S) -> StackStatus:
+    """`gather`, asked again while the server is out of reach for now: a node that has just
+    rejoined a cluster takes client requests before its replicated buckets answer through
+    it, and a restarting server drops the connection. After `deadline_s`, `BusUnavailable`
+    naming what was read and the last error; a refused request is `PermissionDenied` at once."""
+    return await retry(lambda: gather(bus, include_stopped=include_stopped),
+                       what="read the stack's status", deadline_s=deadline_s,
+                       first_delay_s=0.25, max_delay_s=2.0,
+                       denied=lambda since: bus.raise_if_denied(since, "", containing="$js.api"))
 
 
 async def latest_round(bus: Bus) -> EvalRound | None:

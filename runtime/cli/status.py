@@ -40,7 +40,7 @@ def status(run: RunOpt = None, url: UrlOpt = None,
     async def go() -> status_mod.StackStatus:
         bus = await open_bus(run, url)
         try:
-            return await status_mod.gather(bus, include_stopped=all_actors)
+            return await status_mod.gather_patiently(bus, include_stopped=all_actors)
         finally:
             await bus.close()
 
