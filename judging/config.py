@@ -70,6 +70,10 @@ class RewardConfig(Section):
     quality: QualityConfig = QualityConfig()
     ("Bonuses for lint, type errors and runtime, given only to an attempt that passes "
      "([judge.reward.quality]); off by default.")
+    crash_keeps_format: bool = True
+    ("A failure the judge attributes to a crash (`model.runtime_error`) keeps the format "
+     "bonus; false gives it none, so a program that crashes scores below one that runs and "
+     "answers wrong.")
     hack: float | None = None
     ("Reward of an attempt flagged as a hack, replacing every other term; None is `minimum`. "
      "It must be strictly below the lowest reward an honest attempt can get (see `JudgeConfig`), "

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
 from judging import kinds, quality, rubric, structured
@@ -164,6 +164,8 @@ def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest]
     if cause is None and not layers[0].ok:
         cause = Cause("model.format", layers[0].detail)
     if cause is not None:
+        if cause.cause == "model.runtime_error" and not weights.crash_keeps_format:
+            cand = replace(cand, format_ok=False)  # the bonus only; the layers stay as judged
         return Judgement("fail", *reward_of(), cause.cause, cause.evidence, layers, tests, [], digest)
     if not weights.quality.on:
         return Judgement("pass", *reward_of(), "", "", layers, tests, [], digest)

@@ -8,6 +8,7 @@ import msgspec
 import pytest
 
 from bus.messages import Limits, Task, Verifier
+from judging.config import JudgeConfig, RewardConfig
 from judging.extract import from_completion
 from judging.jobs import build_job
 from tests.support.judging import attempt, backend, humaneval, io_task, judge  # noqa: F401
@@ -98,6 +99,21 @@ async def test_the_format_term_rewards_exactly_one_code_block(backend, completio
     [j] = await judge(backend, [attempt(MEDIAN, completion)])
     assert j.judgement.reward == pytest.approx(reward), j.judgement.evidence
     assert j.judgement.components["format"] == (0.1 if format_ok else 0.0)
+
+
+async def test_a_crash_loses_only_its_format_bonus_where_configured(backend):
+    """With `crash_keeps_format = false` a script that crashes fails as before, without the
+    format bonus, below one that runs and answers wrong (which keeps it); by default both
+    get the bonus."""
+    crash, wrong = "import sys\nprint(undefined_name)\n", "import sys\nprint(sys.stdin.read().upper())\n"
+    off = JudgeConfig(reward=RewardConfig(crash_keeps_format=False))
+    by_default = [j.judgement for j in await judge(backend, [attempt(WORDS, crash)])]
+    judged = [j.judgement for j in await judge(backend, [attempt(WORDS, crash), attempt(WORDS, wrong)],
+                                               config=off)]
+    assert [(j.cause, j.reward) for j in by_default] == [("model.runtime_error", pytest.approx(0.1))]
+    assert [(j.outcome, j.cause, j.components["format"]) for j in judged] == [
+        ("fail", "model.runtime_error", 0.0), ("fail", "model.wrong_answer", 0.1)]
+    assert judged[0].reward == pytest.approx(0.0) and judged[0].layers == by_default[0].layers
 
 
 async def test_extra_turns_cost_a_penalty_each(backend):

@@ -119,6 +119,11 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # bench/vs_trl's first runs whetstone drew rung 1 for fewer groups than TRL's rows on five
     # of six seeds (results/short_lean_mb2_default_trl1/draws.json)
     "ladder_even_above": {"sampler": {"ladder_weights": [0.1, 0.2, 0.5, 0.5]}},
+    # issue 22: no format bonus for a crash. In a run whose data_scripts L0 stayed at 2 of 30
+    # (results/answer_modes/master_from_grid-s0), 98 of its 208 data_scripts training answers
+    # crashed (model.runtime_error), each scored 0.1 like a wrong answer that runs. Against
+    # the default: pass -0.100 (+3/-27), fewer crashes on seed 1 only; not adopted
+    "crash_no_format": {"judge": {"reward": {"crash_keeps_format": False}}},
     # the default since master_from_checkpoint's result (its runs above were against the
     # default of then, false): DeepSpeed's own start, the master weights on the bf16 grid
     "master_from_grid": {"learner": {"master_from_checkpoint": False}},
