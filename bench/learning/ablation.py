@@ -124,8 +124,9 @@ VARIANTS: dict[str, dict[str, dict]] = {
     # crashed (model.runtime_error), each scored 0.1 like a wrong answer that runs. Against
     # the default: pass -0.100 (+3/-27), fewer crashes on seed 1 only; not adopted
     "crash_no_format": {"judge": {"reward": {"crash_keeps_format": False}}},
-    # the default since master_from_checkpoint's result (its runs above were against the
-    # default of then, false): DeepSpeed's own start, the master weights on the bf16 grid
+    # the alternative to today's default (master_from_checkpoint true since that variant's
+    # result, whose runs above were against the default of then, false): DeepSpeed's own
+    # start, the master weights on the bf16 grid
     "master_from_grid": {"learner": {"master_from_checkpoint": False}},
 }
 ("Each factor against the default of its base runs: staleness 2 (1 since 0fb9ef0), "
