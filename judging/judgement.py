@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from bus.messages import Attempt, ExecutionResult, Job, LayerResult, Task, Verdict
 from judging import kinds, quality, rubric, structured
@@ -153,8 +153,9 @@ def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest]
              hacks: list[HackSign], cause: Cause | None, turns: int, weights: RewardConfig,
              digest: str, measured: dict | None = None) -> Judgement:
     """Outcome first, then the reward: quality bonuses go to a pass and to nothing else."""
-    def reward_of(quality: dict[str, float] | None = None) -> tuple[float, dict[str, float]]:
-        return compose(compiled=True, format_ok=cand.format_ok, layers=layers, turns=turns,
+    def reward_of(quality: dict[str, float] | None = None,
+                  format_ok: bool = cand.format_ok) -> tuple[float, dict[str, float]]:
+        return compose(compiled=True, format_ok=format_ok, layers=layers, turns=turns,
                        hack=bool(hacks), weights=weights, quality=quality)
 
     if hacks:
@@ -164,9 +165,9 @@ def conclude(cand: Candidate, layers: list[LayerResult], tests: list[ScoredTest]
     if cause is None and not layers[0].ok:
         cause = Cause("model.format", layers[0].detail)
     if cause is not None:
-        if cause.cause == "model.runtime_error" and not weights.crash_keeps_format:
-            cand = replace(cand, format_ok=False)  # the bonus only; the layers stay as judged
-        return Judgement("fail", *reward_of(), cause.cause, cause.evidence, layers, tests, [], digest)
+        crash_bonus = weights.crash_keeps_format or cause.cause != "model.runtime_error"
+        return Judgement("fail", *reward_of(format_ok=cand.format_ok and crash_bonus),
+                         cause.cause, cause.evidence, layers, tests, [], digest)
     if not weights.quality.on:
         return Judgement("pass", *reward_of(), "", "", layers, tests, [], digest)
     measured = measured or {}

@@ -116,8 +116,8 @@ def seed_spread(record: dict, by_side: dict[str, list[Run]],
         "seed": record["seed"],
         "runs": {side: [{"run": name, "reward": mean_reward(res), "pass_rate": pass_rate(res),
                          "passes": sum(o == "pass" for _, o in res.values()),
-                         "whole_run_cpu_s": cpu}
-                        for name, res, cpu in rs] for side, rs in by_side.items()},
+                         "whole_run_cpu_s": run_cpu}
+                        for name, res, run_cpu in rs] for side, rs in by_side.items()},
         "rerun_vs_first": {side: [paired(rs[0][1], res) for _, res, _ in rs[1:]]
                            for side, rs in by_side.items()},
         "whetstone_vs_trl_over_runs": against(mean["whetstone"], mean["trl"]),
